@@ -1,0 +1,68 @@
+// batchlog build. Spark 4.3.0 is not published to Maven Central; its jars ship inside
+// pyspark==4.3.0 on PyPI, which dev/setup installs into .venv. We compile and test against
+// exactly those jars (the Spark the Python tests run), as a provided dependency: they are on
+// the compile and test class paths and never packaged. Override with SPARK_JARS_DIR.
+
+ThisBuild / organization := "io.batchlog"
+ThisBuild / version := "0.1.0"
+// Must equal the scala-library pyspark 4.3.0 ships (jars/scala-library-2.13.18.jar).
+ThisBuild / scalaVersion := "2.13.18"
+
+lazy val sparkJarsDir = settingKey[File]("Directory holding Spark 4.3.0's jars (pyspark/jars)")
+
+/** Spark's own JVM flags for Java 17 (org.apache.spark.launcher.JavaModuleOptions). */
+lazy val sparkJavaOptions = Seq(
+  "-XX:+IgnoreUnrecognizedVMOptions",
+  "--add-modules=jdk.incubator.vector",
+  "--add-opens=java.base/java.lang=ALL-UNNAMED",
+  "--add-opens=java.base/java.lang.invoke=ALL-UNNAMED",
+  "--add-opens=java.base/java.lang.reflect=ALL-UNNAMED",
+  "--add-opens=java.base/java.io=ALL-UNNAMED",
+  "--add-opens=java.base/java.net=ALL-UNNAMED",
+  "--add-opens=java.base/java.nio=ALL-UNNAMED",
+  "--add-opens=java.base/java.util=ALL-UNNAMED",
+  "--add-opens=java.base/java.util.concurrent=ALL-UNNAMED",
+  "--add-opens=java.base/java.util.concurrent.atomic=ALL-UNNAMED",
+  "--add-opens=java.base/jdk.internal.ref=ALL-UNNAMED",
+  "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED",
+  "--add-opens=java.base/sun.nio.cs=ALL-UNNAMED",
+  "--add-opens=java.base/sun.security.action=ALL-UNNAMED",
+  "--add-opens=java.base/sun.util.calendar=ALL-UNNAMED",
+  "-Djdk.reflect.useDirectMethodHandle=false",
+  "-Dio.netty.tryReflectionSetAccessible=true"
+)
+
+lazy val copyJarToPython = taskKey[File]("Copies the built jar into python/batchlog/jars/")
+
+lazy val batchlog = (project in file("jvm"))
+  .settings(
+    name := "batchlog",
+    sparkJarsDir := {
+      sys.env.get("SPARK_JARS_DIR").map(file).getOrElse {
+        val found = ((baseDirectory.value / ".." / ".venv" / "lib") * "python3*" / "site-packages" / "pyspark" / "jars").get
+        found.headOption.getOrElse(
+          sys.error("Spark 4.3.0 jars not found: run dev/setup (installs pyspark==4.3.0 into .venv) or set SPARK_JARS_DIR"))
+      }
+    },
+    Compile / unmanagedJars ++= (sparkJarsDir.value * "*.jar").classpath,
+    libraryDependencies += "org.scalatest" %% "scalatest" % "3.2.19" % Test,
+    scalacOptions ++= Seq("-deprecation", "-feature", "-unchecked", "-release:17", "-Wunused:imports"),
+    javacOptions ++= Seq("--release", "17"),
+    Test / fork := true,
+    Test / parallelExecution := false,
+    Test / javaOptions ++= sparkJavaOptions ++ Seq("-Xmx3g", "-Dspark.ui.enabled=false"),
+    Test / testOptions += Tests.Argument(TestFrameworks.ScalaTest, "-oD"),
+    run / fork := true,
+    run / javaOptions ++= sparkJavaOptions,
+    // The Python package ships the jar; `batchlog.jar_path()` finds it there.
+    copyJarToPython := {
+      val jar = (Compile / packageBin).value
+      val dest = baseDirectory.value / ".." / "python" / "batchlog" / "jars" / "batchlog.jar"
+      IO.copyFile(jar, dest)
+      dest
+    }
+  )
+
+lazy val root = (project in file("."))
+  .aggregate(batchlog)
+  .settings(publish / skip := true)

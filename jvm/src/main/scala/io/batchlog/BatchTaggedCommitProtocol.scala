@@ -1,0 +1,123 @@
+package io.batchlog
+
+import java.io.IOException
+
+import scala.collection.mutable.ArrayBuffer
+
+import org.apache.hadoop.fs.Path
+import org.apache.hadoop.mapreduce.{JobContext, TaskAttemptContext}
+
+import org.apache.spark.internal.io.FileCommitProtocol.TaskCommitMessage
+import org.apache.spark.internal.io.FileNameSpec
+import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.execution.streaming.ManifestFileCommitProtocol
+import org.apache.spark.sql.execution.streaming.sinks.{FileStreamSinkLog, SinkFileStatus}
+
+import io.batchlog.commit.DataFileNaming
+import io.batchlog.log.{BatchTaggedFileStreamSinkLog, SinkLogEntry}
+
+/**
+ * The file sink's commit protocol, committing each micro-batch through a
+ * [[BatchTaggedFileStreamSinkLog]]. Enable it with
+ * `spark.sql.streaming.commitProtocolClass=io.batchlog.BatchTaggedCommitProtocol`.
+ *
+ * It must extend `ManifestFileCommitProtocol`: `FileStreamSink.addBatch` hands its log and the
+ * batch id only to committers of that type. It then behaves like its parent, except that:
+ *   - data files are named `part-<split>-batch-<batchId>-<uuid><ext>` ([[DataFileNaming]]);
+ *   - `commitJob` writes the batch through the tagged log, every entry tagged with the batch.
+ *
+ * Exactly-once is the parent's: the sink skips a batch id already logged before it calls us, files
+ * reach the log only through committed tasks' messages, and a batch file that already exists fails
+ * the commit. The parent's task and job state is private, so every callback is implemented here;
+ * executors get a serialised copy, hence the `@transient` driver-side fields.
+ */
+class BatchTaggedCommitProtocol(jobId: String, path: String)
+    extends ManifestFileCommitProtocol(jobId, path) {
+
+  @transient private var sinkLog: BatchTaggedFileStreamSinkLog = _
+  private var batchId: Long = -1L
+
+  /** Files written by this task attempt (executor side). */
+  @transient private var addedFiles: ArrayBuffer[String] = _
+
+  /** Files of committed tasks, deleted if the job aborts (driver side). */
+  @transient private var pendingCommitFiles: ArrayBuffer[Path] = _
+
+  override def setupManifestOptions(fileLog: FileStreamSinkLog, batchId: Long): Unit = {
+    super.setupManifestOptions(fileLog, batchId)
+    this.sinkLog = BatchTaggedFileStreamSinkLog.forSink(SparkSession.active, fileLog)
+    this.batchId = batchId
+  }
+
+  override def setupJob(jobContext: JobContext): Unit = {
+    require(sinkLog != null, "setupManifestOptions must be called before this function")
+    pendingCommitFiles = new ArrayBuffer[Path]
+  }
+
+  override def commitJob(jobContext: JobContext, taskCommits: Seq[TaskCommitMessage]): Unit = {
+    require(sinkLog != null, "setupManifestOptions must be called before this function")
+    val entries = taskCommits
+      .flatMap(_.obj.asInstanceOf[Seq[SinkFileStatus]])
+      .map(SinkLogEntry(_, batchId))
+      .toArray
+    // Once add() is called the files may be in the log: never delete them on a failure after.
+    pendingCommitFiles.clear()
+    if (sinkLog.add(batchId, entries)) {
+      logInfo(s"Committed batch $batchId (${entries.length} files)")
+    } else {
+      throw BatchLogException.raceCommittingBatch(batchId, sinkLog.metadataPath.toString)
+    }
+  }
+
+  override def abortJob(jobContext: JobContext): Unit = {
+    if (pendingCommitFiles != null) {
+      pendingCommitFiles.foreach { p =>
+        try {
+          val fs = p.getFileSystem(jobContext.getConfiguration)
+          if (fs.exists(p)) fs.delete(p, false)
+        } catch {
+          case e: IOException => logWarning(s"Failed to remove $p of aborted batch $batchId", e)
+        }
+      }
+      pendingCommitFiles.clear()
+    }
+  }
+
+  override def onTaskCommit(taskCommit: TaskCommitMessage): Unit = {
+    pendingCommitFiles ++=
+      taskCommit.obj.asInstanceOf[Seq[SinkFileStatus]].map(_.toFileStatus.getPath)
+  }
+
+  override def setupTask(taskContext: TaskAttemptContext): Unit = {
+    addedFiles = new ArrayBuffer[String]
+  }
+
+  override def newTaskTempFile(
+      taskContext: TaskAttemptContext,
+      dir: Option[String],
+      spec: FileNameSpec
+  ): String = {
+    val split = taskContext.getTaskAttemptID.getTaskID.getId
+    val name = DataFileNaming.fileName(spec.prefix, split, batchId, spec.suffix)
+    val file = dir.map(d => new Path(new Path(path, d), name)).getOrElse(new Path(path, name))
+    addedFiles += file.toString
+    file.toString
+  }
+
+  override def commitTask(taskContext: TaskAttemptContext): TaskCommitMessage = {
+    if (addedFiles.isEmpty) new TaskCommitMessage(Seq.empty[SinkFileStatus])
+    else {
+      val fs = new Path(addedFiles.head).getFileSystem(taskContext.getConfiguration)
+      new TaskCommitMessage(
+        addedFiles.map(f => SinkFileStatus(fs.getFileStatus(new Path(f)))).toSeq
+      )
+    }
+  }
+
+  override def abortTask(taskContext: TaskAttemptContext): Unit = {
+    if (addedFiles != null && addedFiles.nonEmpty) {
+      val fs = new Path(addedFiles.head).getFileSystem(taskContext.getConfiguration)
+      addedFiles.foreach(f => fs.delete(new Path(f), false))
+    }
+  }
+}

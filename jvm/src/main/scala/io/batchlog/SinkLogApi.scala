@@ -1,0 +1,141 @@
+package io.batchlog
+
+import scala.collection.mutable
+
+import org.apache.hadoop.fs.Path
+import org.json4s.JsonDSL._
+import org.json4s.jackson.JsonMethods.{compact, render}
+
+import org.apache.spark.paths.SparkPath
+import org.apache.spark.sql.{Column, DataFrame, Encoders, Row, SparkSession}
+import org.apache.spark.sql.functions._
+
+import io.batchlog.commit.DataFileNaming
+import io.batchlog.log.{BatchTaggedFileStreamSinkLog, LogFormat, SinkLogEntry}
+
+/**
+ * A read-only view of a file sink's log, the entry point the Python facade calls: strings, longs,
+ * arrays and DataFrames only. It reads any sink log (batch-tagged, vanilla or mixed).
+ *
+ * @param outputPath
+ *   the sink's output directory, the one holding `_spark_metadata`
+ */
+class SinkLogApi(spark: SparkSession, outputPath: String) {
+  val metadataPath: Path = SinkLogApi.metadataPathOf(spark, outputPath)
+
+  lazy val log: BatchTaggedFileStreamSinkLog =
+    new BatchTaggedFileStreamSinkLog(spark, metadataPath.toString)
+
+  /** The latest committed batch id, or -1 if none. */
+  def latestBatch(): Long = log.getLatestBatchId().getOrElse(-1L)
+
+  /** Batch ids that wrote at least one live file, ascending. */
+  def batches(): Array[Long] = {
+    val ids = mutable.SortedSet.empty[Long]
+    log.foreachLiveEntry(e => e.batchId.foreach(ids += _))
+    ids.toArray
+  }
+
+  /** Paths (as logged: URI strings) of the live files written by `batchId`. */
+  def files(batchId: Long): Array[String] = {
+    if (batchId < 0) throw BatchLogException.invalidArgument("batch", batchId, "must be >= 0")
+    val out = mutable.ArrayBuffer.empty[String]
+    log.foreachLiveEntry(e => if (e.batchId.contains(batchId)) out += e.path)
+    out.toArray
+  }
+
+  /**
+   * The batch that wrote `path`: -1 if `path` is live in the log but untagged; null if the log does
+   * not hold it. `path` may be a logged URI or a plain path.
+   */
+  def batchOf(path: String): java.lang.Long = {
+    val wanted = qualify(path)
+    var found: Option[Option[Long]] = None
+    log.foreachLiveEntry { e =>
+      if (found.isEmpty && entryPath(e) == wanted) found = Some(e.batchId)
+    }
+    found.map(b => java.lang.Long.valueOf(b.getOrElse(-1L))).orNull
+  }
+
+  /**
+   * Every live entry with its `batchId` (null when untagged), as a DataFrame read by Spark from the
+   * log files: nothing is collected on the driver. Spark's file sources refuse paths under
+   * `_spark_metadata`, so lines come through Hadoop's `TextInputFormat` (split like any text file)
+   * and are parsed by Spark's JSON reader, failing fast on a corrupt line.
+   */
+  def entries(): DataFrame = {
+    val fromName: Column =
+      nullif(regexp_extract(col("path"), DataFileNaming.Pattern, 1), lit("")).cast("long")
+    val perFile = log.liveLogBatchIds().map { id =>
+      log.checkHeader(id)
+      val lines = spark.sparkContext.textFile(log.logFilePath(id).toString)
+        .filter(_ != LogFormat.Header)
+      val fromLogFile = if (log.isCompactFile(id)) lit(null).cast("long") else lit(id)
+      spark.read.schema(LogFormat.sparkSchema).option("mode", "FAILFAST")
+        .json(spark.createDataset(lines)(Encoders.STRING))
+        .withColumn(
+          LogFormat.BatchIdField,
+          coalesce(col(LogFormat.BatchIdField), fromLogFile, fromName)
+        )
+    }
+    perFile.reduceOption(_ unionByName _).getOrElse(
+      spark.createDataFrame(java.util.Collections.emptyList[Row](), LogFormat.sparkSchema)
+    )
+  }
+
+  /** A summary for `inspect`, as JSON: compaction state, log files and per-batch totals. */
+  def inspectJson(): String = {
+    val perBatch = mutable.TreeMap.empty[Long, (Long, Long)]
+    var untagged = (0L, 0L)
+    log.foreachLiveEntry { e =>
+      e.batchId match {
+        case Some(b) =>
+          val (n, bytes) = perBatch.getOrElse(b, (0L, 0L)); perBatch(b) = (n + 1, bytes + e.size)
+        case None => untagged = (untagged._1 + 1, untagged._2 + e.size)
+      }
+    }
+    val logFiles = log.listLogFiles()
+    val compacts = logFiles.map(_.getPath.getName).filter(_.endsWith(".compact"))
+    val latest = latestBatch()
+    val interval = log.interval
+    compact(render(
+      ("outputPath" -> outputPath) ~
+        ("metadataPath" -> metadataPath.toString) ~
+        ("latestBatch" -> latest) ~
+        ("compactInterval" -> interval) ~
+        ("latestCompact" -> compacts.lastOption) ~
+        ("nextCompactionBatch" -> ((latest + interval + 1) / interval * interval - 1)) ~
+        ("logFiles" -> logFiles.length) ~
+        ("logBytes" -> logFiles.map(_.getLen).sum) ~
+        ("untaggedFiles" -> untagged._1) ~
+        ("untaggedBytes" -> untagged._2) ~
+        ("batches" -> perBatch.toList.map { case (b, (n, bytes)) =>
+          ("batchId" -> b) ~ ("files" -> n) ~ ("bytes" -> bytes)
+        })
+    ))
+  }
+
+  private def qualify(p: String): Path = {
+    val path = if (p.contains(":")) SparkPath.fromUrlString(p).toPath else new Path(p)
+    val fs = path.getFileSystem(spark.sessionState.newHadoopConf())
+    fs.makeQualified(path)
+  }
+
+  private def entryPath(e: SinkLogEntry): Path = SparkPath.fromUrlString(e.path).toPath
+}
+
+object SinkLogApi {
+
+  /** `<output>/_spark_metadata`, or a clear error if `outputPath` is not a file sink. */
+  def metadataPathOf(spark: SparkSession, outputPath: String): Path = {
+    if (outputPath == null || outputPath.isEmpty) {
+      throw BatchLogException.invalidArgument("path", "''", "give the sink's output directory")
+    }
+    val out = new Path(outputPath)
+    val fs = out.getFileSystem(spark.sessionState.newHadoopConf())
+    val meta = new Path(fs.makeQualified(out), BatchTaggedFileStreamSinkLog.MetadataDir)
+    if (!fs.exists(meta) || !fs.getFileStatus(meta).isDirectory)
+      throw BatchLogException.notASink(outputPath)
+    meta
+  }
+}

@@ -1,0 +1,33 @@
+package io.batchlog.commit
+
+import java.util.UUID
+
+/**
+ * Names of the data files the commit protocol writes. They carry the micro-batch id, so a file can
+ * be traced to its batch even without the log (after a vanilla compaction dropped the tag, or when
+ * the log is lost and must be rebuilt):
+ *
+ * {{{
+ *   <prefix>part-<split:%05d>-batch-<batchId>-<uuid><suffix>
+ *   part-00001-batch-7-3f2b...-9c1e.c000.snappy.parquet
+ * }}}
+ *
+ * Vanilla Spark names them `part-<split>-<uuid><suffix>`; those have no batch.
+ */
+object DataFileNaming {
+
+  /** Matches a batch-tagged data file name; group 1 is the batch id. */
+  val Pattern: String =
+    "part-[0-9]+-batch-([0-9]+)-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+
+  private val regex = Pattern.r.unanchored
+
+  def fileName(prefix: String, split: Int, batchId: Long, suffix: String): String =
+    f"${prefix}part-$split%05d-batch-$batchId-${UUID.randomUUID()}$suffix"
+
+  /** The batch id carried by a data file name or path, if it is batch-tagged. */
+  def batchIdOf(pathOrName: String): Option[Long] = {
+    val name = pathOrName.substring(pathOrName.lastIndexOf('/') + 1)
+    regex.findFirstMatchIn(name).map(_.group(1).toLong)
+  }
+}

@@ -1,0 +1,151 @@
+package io.batchlog.log
+
+import java.io.StringWriter
+
+import com.fasterxml.jackson.core.{JsonFactory, JsonParser, JsonToken}
+
+import org.apache.spark.sql.types._
+
+import io.batchlog.commit.DataFileNaming
+
+/**
+ * The on-disk format of a batch-tagged sink log file, defined here and nowhere else.
+ *
+ * {{{
+ *   v1
+ *   {"path":"file:///out/p=1/part-00000-batch-7-<uuid>.c000.snappy.parquet","size":1234,
+ *    "isDir":false,"modificationTime":1700000000000,"blockReplication":1,"blockSize":33554432,
+ *    "action":"add","batchId":7}
+ * }}}
+ * (one JSON object per line; wrapped here for reading). The header is Spark's `v1` and every field
+ * before `batchId` is Spark's `SinkFileStatus`, in Spark's order: Spark's own reader ignores the
+ * extra field, so plain Spark reads the log unchanged. `batchId` is always the last field, which
+ * lets compaction copy tagged lines as bytes without parsing them ([[isTagged]]).
+ *
+ * Resolving an entry's batch ([[resolveBatch]]): the `batchId` field; else, in a non-compact file
+ * `N`, N itself (Spark writes exactly the files of batch N there); else the batch id in the data
+ * file's name; else untagged.
+ */
+object LogFormat {
+  val Version = 1
+  val Header = "v1"
+  val BatchIdField = "batchId"
+
+  /** The entry as a Spark schema (for reading log files with Spark's JSON reader). */
+  val sparkSchema: StructType = StructType(Seq(
+    StructField("path", StringType),
+    StructField("size", LongType),
+    StructField("isDir", BooleanType),
+    StructField("modificationTime", LongType),
+    StructField("blockReplication", IntegerType),
+    StructField("blockSize", LongType),
+    StructField("action", StringType),
+    StructField(BatchIdField, LongType)
+  ))
+
+  private val TagMarker = ",\"" + BatchIdField + "\":"
+  private val json = new JsonFactory()
+
+  /** One entry as one line, without the newline. */
+  def encode(e: SinkLogEntry): String = {
+    val w = new StringWriter(256)
+    val g = json.createGenerator(w)
+    g.writeStartObject()
+    g.writeStringField("path", e.path)
+    g.writeNumberField("size", e.size)
+    g.writeBooleanField("isDir", e.isDir)
+    g.writeNumberField("modificationTime", e.modificationTime)
+    g.writeNumberField("blockReplication", e.blockReplication)
+    g.writeNumberField("blockSize", e.blockSize)
+    g.writeStringField("action", e.action)
+    e.batchId.foreach(id => g.writeNumberField(BatchIdField, id))
+    g.writeEndObject()
+    g.close()
+    w.toString
+  }
+
+  /**
+   * Parses one line. Unknown fields are ignored (as Spark does); a missing required field or a
+   * malformed line throws `IllegalArgumentException` with the reason (callers add file and line).
+   */
+  def decode(line: String): SinkLogEntry = {
+    var path: String = null
+    var size, modificationTime, blockSize = Long.MinValue
+    var isDir: java.lang.Boolean = null
+    var blockReplication = Int.MinValue
+    var action: String = null
+    var batchId: Option[Long] = None
+    val p = json.createParser(line)
+    try {
+      if (p.nextToken() != JsonToken.START_OBJECT) fail("not a JSON object")
+      while (p.nextToken() == JsonToken.FIELD_NAME) {
+        val name = p.currentName()
+        val t = p.nextToken()
+        name match {
+          case "path" => path = text(p, t, name)
+          case "size" => size = long(p, t, name)
+          case "isDir" => isDir = bool(t, name)
+          case "modificationTime" => modificationTime = long(p, t, name)
+          case "blockReplication" => blockReplication = long(p, t, name).toInt
+          case "blockSize" => blockSize = long(p, t, name)
+          case "action" => action = text(p, t, name)
+          case BatchIdField =>
+            batchId = if (t == JsonToken.VALUE_NULL) None else Some(long(p, t, name))
+          case _ => p.skipChildren()
+        }
+      }
+      if (p.currentToken() != JsonToken.END_OBJECT) fail("the line is truncated")
+      if (p.nextToken() != null) fail("unexpected text after the JSON object")
+    } catch {
+      case e: com.fasterxml.jackson.core.JsonProcessingException =>
+        fail(s"malformed JSON: ${e.getOriginalMessage}")
+    } finally p.close()
+    def missing(field: String) = fail(s"required field '$field' is missing")
+    if (path == null) missing("path")
+    if (size == Long.MinValue) missing("size")
+    if (isDir == null) missing("isDir")
+    if (modificationTime == Long.MinValue) missing("modificationTime")
+    if (blockReplication == Int.MinValue) missing("blockReplication")
+    if (blockSize == Long.MinValue) missing("blockSize")
+    if (action == null) missing("action")
+    SinkLogEntry(path, size, isDir, modificationTime, blockReplication, blockSize, action, batchId)
+  }
+
+  /** True if a line written by [[encode]] (or a compatible writer) already carries `batchId`. */
+  def isTagged(line: String): Boolean = {
+    val i = line.lastIndexOf(TagMarker)
+    i > 0 && line.endsWith("}") && {
+      var j = i + TagMarker.length
+      val end = line.length - 1
+      j < end && { while (j < end && Character.isDigit(line.charAt(j))) j += 1; j == end }
+    }
+  }
+
+  /**
+   * Adds `"batchId":id` to an untagged line without re-serialising it: every Spark-written line is
+   * one flat JSON object ending in `}`.
+   */
+  def tagLine(line: String, batchId: Long): String =
+    line.substring(0, line.lastIndexOf('}')) + TagMarker + batchId + "}"
+
+  /** The batch of an entry read from log file `logBatchId` (a compact file if `inCompact`). */
+  def resolveBatch(e: SinkLogEntry, logBatchId: Long, inCompact: Boolean): Option[Long] =
+    e.batchId
+      .orElse(if (inCompact) None else Some(logBatchId))
+      .orElse(DataFileNaming.batchIdOf(e.path))
+
+  private def fail(msg: String): Nothing = throw new IllegalArgumentException(msg)
+
+  private def text(p: JsonParser, t: JsonToken, name: String): String =
+    if (t == JsonToken.VALUE_STRING) p.getText else fail(s"field '$name' is not a string")
+
+  private def long(p: JsonParser, t: JsonToken, name: String): Long =
+    if (t == JsonToken.VALUE_NUMBER_INT) p.getLongValue
+    else fail(s"field '$name' is not an integer")
+
+  private def bool(t: JsonToken, name: String): java.lang.Boolean = t match {
+    case JsonToken.VALUE_TRUE => true
+    case JsonToken.VALUE_FALSE => false
+    case _ => fail(s"field '$name' is not a boolean")
+  }
+}

@@ -1,0 +1,72 @@
+"""batchlog: a batch-tagged metadata log for Spark Structured Streaming file sinks.
+
+Every entry of the sink's ``_spark_metadata`` log, in batch and compact files alike, keeps the
+micro-batch that wrote it, so a sink can be inspected, read and rewound by batch. The work is done
+in the JVM (``io.batchlog``); this package wraps it.
+
+Enable it on a session::
+
+    spark = batchlog.configure(SparkSession.builder).getOrCreate()
+
+or on an existing one (the jar must already be on the class path)::
+
+    spark.conf.set("spark.sql.streaming.commitProtocolClass", batchlog.COMMIT_PROTOCOL_CLASS)
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from batchlog.errors import (
+    BatchLogError,
+    CorruptLogError,
+    InvalidArgumentError,
+    MissingLogFileError,
+    NotASinkError,
+    RaceCommittingBatchError,
+)
+from batchlog.sinklog import SinkLog
+
+__all__ = [
+    "COMMIT_PROTOCOL_CLASS",
+    "BatchLogError",
+    "CorruptLogError",
+    "InvalidArgumentError",
+    "MissingLogFileError",
+    "NotASinkError",
+    "RaceCommittingBatchError",
+    "SinkLog",
+    "configure",
+    "jar_path",
+]
+
+#: The value for ``spark.sql.streaming.commitProtocolClass``: the name of the JVM class
+#: ``io.batchlog.BatchTaggedCommitProtocol`` (tests check it against the jar).
+COMMIT_PROTOCOL_CLASS = "io.batchlog.BatchTaggedCommitProtocol"
+
+_COMMIT_PROTOCOL_KEY = "spark.sql.streaming.commitProtocolClass"
+
+
+def jar_path() -> str:
+    """The batchlog jar: ``$BATCHLOG_JAR`` if set, else the one shipped in this package."""
+    env = os.environ.get("BATCHLOG_JAR")
+    jar = Path(env) if env else Path(__file__).parent / "jars" / "batchlog.jar"
+    if not jar.is_file():
+        raise BatchLogError(
+            f"batchlog jar not found at {jar}. Build it with `dev/sbt copyJarToPython` "
+            "(from a source checkout) or set BATCHLOG_JAR to the jar's path."
+        )
+    return str(jar)
+
+
+def configure(builder: SparkSession.Builder) -> SparkSession.Builder:
+    """``builder`` with the batchlog jar added to ``spark.jars`` and the commit protocol set."""
+    options = getattr(builder, "_options", {})
+    jars = [j for j in str(options.get("spark.jars", "")).split(",") if j]
+    jars.append(jar_path())
+    return builder.config("spark.jars", ",".join(jars)).config(
+        _COMMIT_PROTOCOL_KEY, COMMIT_PROTOCOL_CLASS
+    )

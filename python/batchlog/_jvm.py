@@ -1,0 +1,59 @@
+"""Reaching the JVM side of batchlog, in one place.
+
+Everything batchlog does happens in the JVM (``io.batchlog``); this module finds the JVM objects
+through ``spark._jvm`` / ``spark._jsparkSession`` and turns JVM errors into Python exceptions.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+from py4j.protocol import Py4JJavaError
+from pyspark.sql import SparkSession
+
+from batchlog.errors import BatchLogError, error_for_code
+
+
+def jvm(spark: SparkSession) -> Any:
+    """The py4j view of the JVM behind ``spark``."""
+    return spark._jvm  # type: ignore[attr-defined]
+
+
+def jsession(spark: SparkSession) -> Any:
+    """The JVM ``SparkSession`` behind ``spark``."""
+    return spark._jsparkSession  # type: ignore[attr-defined]
+
+
+def batchlog_package(spark: SparkSession) -> Any:
+    """``io.batchlog`` in the JVM, or a clear error if the jar is not on the driver's class path."""
+    pkg = jvm(spark).io.batchlog
+    try:
+        pkg.BatchLogConf.CommitProtocolClass()
+    except Py4JJavaError:
+        raise
+    except Exception as e:  # py4j answers a missing class with a JavaPackage that fails on call
+        raise BatchLogError(
+            "the batchlog jar is not on this Spark driver's class path. Start Spark with "
+            "batchlog.configure(SparkSession.builder) or --jars <batchlog.jar> "
+            "(see batchlog.jar_path())."
+        ) from e
+    return pkg
+
+
+@contextmanager
+def jvm_errors() -> Iterator[None]:
+    """Re-raises a JVM ``io.batchlog.BatchLogException`` as the matching Python exception."""
+    try:
+        yield
+    except Py4JJavaError as e:
+        raise _convert(e) from None
+
+
+def _convert(e: Py4JJavaError) -> Exception:
+    t = e.java_exception
+    while t is not None:
+        if t.getClass().getName() == "io.batchlog.BatchLogException":
+            return error_for_code(str(t.code()), str(t.getMessage()))
+        t = t.getCause()
+    return e

@@ -1,0 +1,62 @@
+"""Python exceptions for the errors the JVM side raises.
+
+The messages (what is wrong, what to do) are written once, in ``io.batchlog.BatchLogException``;
+each exception class here only names a JVM error ``code`` so callers can catch it.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Type
+
+
+class BatchLogError(Exception):
+    """Base class of every batchlog error."""
+
+    code = "BATCHLOG_ERROR"
+
+
+class NotASinkError(BatchLogError):
+    """The path is not a file-sink output (no ``_spark_metadata``)."""
+
+    code = "NOT_A_SINK"
+
+
+class CorruptLogError(BatchLogError):
+    """A sink log file cannot be read: bad header or a malformed line."""
+
+    code = "CORRUPT_LOG"
+
+
+class MissingLogFileError(BatchLogError):
+    """A sink log file the log needs is missing."""
+
+    code = "MISSING_LOG_FILE"
+
+
+class InvalidArgumentError(BatchLogError, ValueError):
+    """An argument is out of range or malformed."""
+
+    code = "INVALID_ARGUMENT"
+
+
+class RaceCommittingBatchError(BatchLogError):
+    """Another writer committed the same batch to the sink."""
+
+    code = "RACE_COMMITTING_BATCH"
+
+
+_BY_CODE: Dict[str, Type[BatchLogError]] = {
+    cls.code: cls
+    for cls in (
+        NotASinkError,
+        CorruptLogError,
+        MissingLogFileError,
+        InvalidArgumentError,
+        RaceCommittingBatchError,
+    )
+}
+
+
+def error_for_code(code: str, message: str) -> BatchLogError:
+    """The Python exception for a JVM error ``code`` (``BatchLogError`` for an unknown one)."""
+    return _BY_CODE.get(code, BatchLogError)(message)

@@ -1,0 +1,69 @@
+"""``SinkLog``: a read-only view of a file sink's batch-tagged log."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Dict, List, Optional
+
+from pyspark.sql import DataFrame, SparkSession
+
+from batchlog._jvm import batchlog_package, jsession, jvm_errors
+
+
+class SinkLog:
+    """The log of the file sink whose output directory is ``path``.
+
+    Wraps ``io.batchlog.SinkLogApi``. Reads logs written with or without batchlog: an entry whose
+    batch cannot be proven is *untagged* (``batch_of`` returns ``None`` for it).
+
+    >>> log = SinkLog(spark, "/data/out")
+    >>> log.latest_batch(), log.files(7)[:1]
+    """
+
+    def __init__(self, spark: SparkSession, path: str) -> None:
+        self._spark = spark
+        self.path = path
+        with jvm_errors():
+            self._j = batchlog_package(spark).SinkLogApi(jsession(spark), path)
+
+    def latest_batch(self) -> Optional[int]:
+        """The latest committed batch id, or ``None`` if the sink has committed nothing."""
+        with jvm_errors():
+            latest = int(self._j.latestBatch())
+        return None if latest < 0 else latest
+
+    def batches(self) -> List[int]:
+        """Ids of the batches that wrote at least one live file, ascending."""
+        with jvm_errors():
+            return [int(b) for b in self._j.batches()]
+
+    def files(self, batch: int) -> List[str]:
+        """Paths (URIs, as logged) of the live files written by ``batch``."""
+        with jvm_errors():
+            return [str(p) for p in self._j.files(int(batch))]
+
+    def batch_of(self, path: str) -> Optional[int]:
+        """The batch that wrote ``path``; ``None`` if untagged.
+
+        Raises ``KeyError`` if the log does not hold ``path``.
+        """
+        with jvm_errors():
+            b = self._j.batchOf(path)
+        if b is None:
+            raise KeyError(f"{path} is not a live file of the sink {self.path}")
+        return None if int(b) < 0 else int(b)
+
+    def entries(self) -> DataFrame:
+        """All live entries with their ``batchId`` (null if untagged), read by Spark.
+
+        Columns: path, size, isDir, modificationTime, blockReplication, blockSize, action,
+        batchId. Nothing is collected on the driver.
+        """
+        with jvm_errors():
+            return DataFrame(self._j.entries(), self._spark)
+
+    def inspect(self) -> Dict[str, Any]:
+        """Compaction state, log files and per-batch file counts and bytes."""
+        with jvm_errors():
+            result: Dict[str, Any] = json.loads(self._j.inspectJson())
+        return result
