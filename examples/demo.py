@@ -15,9 +15,8 @@ import shutil
 import sys
 from pathlib import Path
 
-from pyspark.sql import SparkSession
-
 import batchlog
+from pyspark.sql import SparkSession
 
 BATCHES = 10
 COMPACT_INTERVAL = 4
@@ -59,7 +58,9 @@ def main(work: Path) -> None:
 
     log = batchlog.SinkLog(spark, str(out))
     meta = sorted(p.name for p in (out / "_spark_metadata").iterdir() if not p.name.startswith("."))
-    print(f"\nquery wrote batches 0..{log.latest_batch()}; _spark_metadata holds: {' '.join(meta)}\n")
+    print(
+        f"\nquery wrote batches 0..{log.latest_batch()}; _spark_metadata holds: {' '.join(meta)}\n"
+    )
     for b in log.batches():
         print(f"batch {b}:")
         for f in log.files(b):

@@ -22,25 +22,39 @@ from pyspark.sql import SparkSession
 
 from batchlog.errors import (
     BatchLogError,
+    BeyondHorizonError,
     CorruptLogError,
     InvalidArgumentError,
     MissingLogFileError,
+    NotACheckpointError,
     NotASinkError,
+    QueryActiveError,
     RaceCommittingBatchError,
+    RewindInProgressError,
+    UnsupportedCheckpointError,
 )
+from batchlog.ops import adopt, read, rewind
 from batchlog.sinklog import SinkLog
 
 __all__ = [
     "COMMIT_PROTOCOL_CLASS",
     "BatchLogError",
+    "BeyondHorizonError",
     "CorruptLogError",
     "InvalidArgumentError",
     "MissingLogFileError",
+    "NotACheckpointError",
     "NotASinkError",
+    "QueryActiveError",
     "RaceCommittingBatchError",
+    "RewindInProgressError",
     "SinkLog",
+    "UnsupportedCheckpointError",
+    "adopt",
     "configure",
     "jar_path",
+    "read",
+    "rewind",
 ]
 
 #: The value for ``spark.sql.streaming.commitProtocolClass``: the name of the JVM class

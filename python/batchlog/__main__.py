@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import List, Optional
+from typing import Any
 
 from pyspark.sql import SparkSession
 
@@ -59,6 +59,81 @@ def cmd_files(spark: SparkSession, args: argparse.Namespace) -> int:
     return 0
 
 
+def _span(ids: list[int]) -> str:
+    if not ids:
+        return "none"
+    lo, hi = min(ids), max(ids)
+    return f"{lo}..{hi} ({len(ids)})" if len(ids) == hi - lo + 1 else ", ".join(map(str, ids))
+
+
+def print_rewind_plan(plan: dict[str, Any], dry_run: bool) -> None:
+    n = plan["toBatch"]
+    head = "DRY RUN: would rewind" if dry_run else "rewinding"
+    print(
+        f"{head} {plan['sink']} to batch {n}"
+        + ("  (resuming an unfinished rewind)" if plan["resuming"] else "")
+    )
+    print(f"checkpoint      {plan['checkpoint']}")
+    print(f"rewind horizon  batch {plan['horizon']} (oldest batch a rewind can reach)")
+    affected = plan["affectedBatches"]
+    print(f"batches redone  {_span(affected)}")
+    print(
+        f"data files      {plan['dataFiles']} to delete ({human_bytes(plan['dataBytes'])})"
+        + (
+            f", of which {plan['orphanFiles']} orphans not in the log"
+            if plan["orphanFiles"]
+            else ""
+        )
+    )
+    sink_log = plan["sinkLog"]
+    print(
+        f"sink log        delete {', '.join(sink_log['delete']) or 'nothing'}"
+        + (f"; rebuild {', '.join(sink_log['rebuild'])}" if sink_log["rebuild"] else "")
+    )
+    print(f"offsets/        delete {_span(plan['offsetsToDelete'])}")
+    print(f"commits/        delete {_span(plan['commitsToDelete'])}")
+    for s in plan["sourceLogs"]:
+        print(
+            f"sources/{s['source']}/      keep log offsets <= {s['keepUpTo']}: delete "
+            f"{', '.join(s['delete']) or 'nothing'}"
+            + (f"; rebuild {', '.join(s['rebuild'])}" if s["rebuild"] else "")
+        )
+    if plan["removeStateDir"]:
+        print("state/          remove entirely (rewind to batch 0)")
+    else:
+        print(
+            f"state/          delete {len(plan['stateFiles'])} files "
+            f"({human_bytes(plan['stateBytes'])}) of versions > {n}"
+        )
+    rows = [[b["batchId"], b["files"], human_bytes(b["bytes"])] for b in plan["dataFilesPerBatch"]]
+    if rows:
+        print()
+        print(table(["batch", "files", "size"], rows))
+
+
+def cmd_rewind(spark: SparkSession, args: argparse.Namespace) -> int:
+    report = batchlog.rewind(spark, args.path, args.checkpoint, args.to_batch, dry_run=args.dry_run)
+    print_rewind_plan(report["plan"], args.dry_run)
+    if report["result"]:
+        r = report["result"]
+        print(
+            f"\ndone: deleted {r['dataFilesDeleted']} data files in {r['elapsedMs'] / 1000:.1f} s. "
+            f"Restart the query with the same checkpoint to re-run batch {r['toBatch']}."
+        )
+    return 0
+
+
+def cmd_adopt(spark: SparkSession, args: argparse.Namespace) -> int:
+    r = batchlog.adopt(spark, args.path, dry_run=args.dry_run)
+    verb = "would tag" if args.dry_run else "tagged"
+    print(
+        f"{verb} {r['entriesTagged']} entries in {r['compactFiles']} compact files; "
+        f"{r['entriesUntagged']} stay untagged (no provable batch)"
+    )
+    print(f"rewind horizon from the sink log: batch {r['untaggedHorizon']}")
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m batchlog", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -69,10 +144,25 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("path", help="the sink's output directory")
     s.add_argument("--batch", type=int, required=True, help="micro-batch id")
     s.set_defaults(fn=cmd_files)
+    s = sub.add_parser(
+        "rewind",
+        help="delete the output of batches >= N and rewind the checkpoint to re-run N",
+    )
+    s.add_argument("path", help="the sink's output directory")
+    s.add_argument("--checkpoint", required=True, help="the query's checkpointLocation")
+    s.add_argument("--to-batch", type=int, required=True, help="first batch to run again")
+    s.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    s.set_defaults(fn=cmd_rewind)
+    s = sub.add_parser(
+        "adopt", help="tag the entries of a plain-Spark sink whose batch is provable"
+    )
+    s.add_argument("path", help="the sink's output directory")
+    s.add_argument("--dry-run", action="store_true", help="count only, change nothing")
+    s.set_defaults(fn=cmd_adopt)
     return p
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     spark = _session()
     try:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 
 def human_bytes(n: float) -> str:
@@ -18,7 +19,9 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     """A plain-text table; numbers are right-aligned."""
     cells = [[str(c) for c in r] for r in rows]
     widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
-    numeric = [all(isinstance(r[i], (int, float)) for r in rows) and rows for i in range(len(headers))]
+    numeric = [
+        all(isinstance(r[i], (int, float)) for r in rows) and rows for i in range(len(headers))
+    ]
 
     def line(values: Sequence[str]) -> str:
         return "  ".join(

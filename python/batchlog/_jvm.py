@@ -6,8 +6,9 @@ through ``spark._jvm`` / ``spark._jsparkSession`` and turns JVM errors into Pyth
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
@@ -17,12 +18,12 @@ from batchlog.errors import BatchLogError, error_for_code
 
 def jvm(spark: SparkSession) -> Any:
     """The py4j view of the JVM behind ``spark``."""
-    return spark._jvm  # type: ignore[attr-defined]
+    return spark._jvm
 
 
 def jsession(spark: SparkSession) -> Any:
     """The JVM ``SparkSession`` behind ``spark``."""
-    return spark._jsparkSession  # type: ignore[attr-defined]
+    return spark._jsparkSession
 
 
 def batchlog_package(spark: SparkSession) -> Any:

@@ -6,8 +6,6 @@ each exception class here only names a JVM error ``code`` so callers can catch i
 
 from __future__ import annotations
 
-from typing import Dict, Type
-
 
 class BatchLogError(Exception):
     """Base class of every batchlog error."""
@@ -45,7 +43,37 @@ class RaceCommittingBatchError(BatchLogError):
     code = "RACE_COMMITTING_BATCH"
 
 
-_BY_CODE: Dict[str, Type[BatchLogError]] = {
+class NotACheckpointError(BatchLogError):
+    """The path is not a streaming query checkpoint."""
+
+    code = "NOT_A_CHECKPOINT"
+
+
+class UnsupportedCheckpointError(BatchLogError):
+    """A checkpoint piece cannot be rolled back; nothing was changed."""
+
+    code = "UNSUPPORTED_CHECKPOINT"
+
+
+class BeyondHorizonError(BatchLogError):
+    """The rewind target is older than the rewind horizon; nothing was changed."""
+
+    code = "BEYOND_REWIND_HORIZON"
+
+
+class RewindInProgressError(BatchLogError):
+    """A rewind of the sink did not finish; re-run it before anything else."""
+
+    code = "REWIND_IN_PROGRESS"
+
+
+class QueryActiveError(BatchLogError):
+    """A query of this session is writing to the sink."""
+
+    code = "QUERY_ACTIVE"
+
+
+_BY_CODE: dict[str, type[BatchLogError]] = {
     cls.code: cls
     for cls in (
         NotASinkError,
@@ -53,6 +81,11 @@ _BY_CODE: Dict[str, Type[BatchLogError]] = {
         MissingLogFileError,
         InvalidArgumentError,
         RaceCommittingBatchError,
+        NotACheckpointError,
+        UnsupportedCheckpointError,
+        BeyondHorizonError,
+        RewindInProgressError,
+        QueryActiveError,
     )
 }
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
@@ -26,23 +26,23 @@ class SinkLog:
         with jvm_errors():
             self._j = batchlog_package(spark).SinkLogApi(jsession(spark), path)
 
-    def latest_batch(self) -> Optional[int]:
+    def latest_batch(self) -> int | None:
         """The latest committed batch id, or ``None`` if the sink has committed nothing."""
         with jvm_errors():
             latest = int(self._j.latestBatch())
         return None if latest < 0 else latest
 
-    def batches(self) -> List[int]:
+    def batches(self) -> list[int]:
         """Ids of the batches that wrote at least one live file, ascending."""
         with jvm_errors():
             return [int(b) for b in self._j.batches()]
 
-    def files(self, batch: int) -> List[str]:
+    def files(self, batch: int) -> list[str]:
         """Paths (URIs, as logged) of the live files written by ``batch``."""
         with jvm_errors():
             return [str(p) for p in self._j.files(int(batch))]
 
-    def batch_of(self, path: str) -> Optional[int]:
+    def batch_of(self, path: str) -> int | None:
         """The batch that wrote ``path``; ``None`` if untagged.
 
         Raises ``KeyError`` if the log does not hold ``path``.
@@ -62,8 +62,8 @@ class SinkLog:
         with jvm_errors():
             return DataFrame(self._j.entries(), self._spark)
 
-    def inspect(self) -> Dict[str, Any]:
+    def inspect(self) -> dict[str, Any]:
         """Compaction state, log files and per-batch file counts and bytes."""
         with jvm_errors():
-            result: Dict[str, Any] = json.loads(self._j.inspectJson())
+            result: dict[str, Any] = json.loads(self._j.inspectJson())
         return result

@@ -22,6 +22,19 @@ object BatchLogConf {
   val DeletionKey = "spark.sql.streaming.fileSink.log.deletion"
   val MinBatchesToRetainKey = "spark.sql.streaming.minBatchesToRetain"
 
+  /** Threads that delete files (data files and state files of a rewind, vacuum). */
+  val DeleteParallelismKey = "spark.batchlog.delete.parallelism"
+  val DeleteParallelismDefault = 32
+
+  def deleteParallelism(spark: SparkSession): Int =
+    spark.conf.getOption(DeleteParallelismKey).map(_.toInt).getOrElse(DeleteParallelismDefault)
+
+  /**
+   * Test-only fault injection: the JVM halts (as if killed) right after the named rewind step (one
+   * of `io.batchlog.ops.Rewind.Steps`).
+   */
+  val FaultHaltAfterRewindStep = "spark.batchlog.test.haltAfterRewindStep"
+
   /** The Spark settings above, as this session resolves them (defaults included). */
   final case class SinkLogSettings(
       compactInterval: Int,

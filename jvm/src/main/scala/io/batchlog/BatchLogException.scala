@@ -13,6 +13,11 @@ object BatchLogException {
   val MissingLogFile = "MISSING_LOG_FILE"
   val InvalidArgument = "INVALID_ARGUMENT"
   val RaceCommittingBatch = "RACE_COMMITTING_BATCH"
+  val NotACheckpoint = "NOT_A_CHECKPOINT"
+  val UnsupportedCheckpoint = "UNSUPPORTED_CHECKPOINT"
+  val BeyondHorizon = "BEYOND_REWIND_HORIZON"
+  val RewindInProgress = "REWIND_IN_PROGRESS"
+  val QueryActive = "QUERY_ACTIVE"
 
   def notASink(path: String): BatchLogException = new BatchLogException(
     NotASink,
@@ -57,4 +62,39 @@ object BatchLogException {
       s"Batch $batchId is already in the sink log $logPath: another query is writing to the same " +
         "sink. Stop the other query; each sink must have exactly one writer."
     )
+
+  def notACheckpoint(path: String): BatchLogException = new BatchLogException(
+    NotACheckpoint,
+    s"$path is not a streaming query checkpoint: it has no 'metadata' file and 'offsets' " +
+      "directory. Pass the query's checkpointLocation."
+  )
+
+  def unsupportedCheckpoint(what: String, why: String): BatchLogException = new BatchLogException(
+    UnsupportedCheckpoint,
+    s"Cannot roll back $what: $why. Nothing was changed. Rewind supports the file source, " +
+      "sources that only log their initial offsets (Kafka, rate), and the HDFS-backed and RocksDB " +
+      "state stores; rebuild this query's output from scratch with a new checkpoint instead."
+  )
+
+  def beyondHorizon(toBatch: Long, horizon: Long, why: String): BatchLogException =
+    new BatchLogException(
+      BeyondHorizon,
+      s"Cannot rewind to batch $toBatch: the oldest batch a rewind can reach is $horizon ($why). " +
+        "Nothing was changed."
+    )
+
+  def rewindInProgress(sink: String, toBatch: Long, checkpoint: String): BatchLogException =
+    new BatchLogException(
+      RewindInProgress,
+      s"The sink $sink is being rewound to batch $toBatch (checkpoint $checkpoint) and the " +
+        "rewind did not finish. Nothing is written to it until it does: re-run " +
+        s"`python -m batchlog rewind $sink --checkpoint $checkpoint --to-batch $toBatch` to " +
+        "finish it, then restart the query."
+    )
+
+  def queryActive(sink: String): BatchLogException = new BatchLogException(
+    QueryActive,
+    s"A streaming query of this session is writing to $sink. Stop it (query.stop()) before " +
+      "rewinding; nothing was changed."
+  )
 }

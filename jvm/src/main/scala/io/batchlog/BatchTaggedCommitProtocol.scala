@@ -15,6 +15,7 @@ import org.apache.spark.sql.execution.streaming.sinks.{FileStreamSinkLog, SinkFi
 
 import io.batchlog.commit.DataFileNaming
 import io.batchlog.log.{BatchTaggedFileStreamSinkLog, SinkLogEntry}
+import io.batchlog.ops.RewindIntent
 
 /**
  * The file sink's commit protocol, committing each micro-batch through a
@@ -51,6 +52,10 @@ class BatchTaggedCommitProtocol(jobId: String, path: String)
 
   override def setupJob(jobContext: JobContext): Unit = {
     require(sinkLog != null, "setupManifestOptions must be called before this function")
+    // A rewind that did not finish: writing now would mix old and new output.
+    RewindIntent.read(sinkLog.checkpointFileManager, sinkLog.metadataPath).foreach { i =>
+      throw BatchLogException.rewindInProgress(i.sink, i.toBatch, i.checkpoint)
+    }
     pendingCommitFiles = new ArrayBuffer[Path]
   }
 

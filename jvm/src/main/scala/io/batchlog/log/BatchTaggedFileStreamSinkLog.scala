@@ -1,14 +1,6 @@
 package io.batchlog.log
 
-import java.io.{
-  BufferedReader,
-  BufferedWriter,
-  FileNotFoundException,
-  InputStream,
-  InputStreamReader,
-  OutputStream,
-  OutputStreamWriter
-}
+import java.io.{BufferedReader, InputStream, InputStreamReader, OutputStream}
 import java.nio.charset.StandardCharsets.UTF_8
 
 import scala.collection.mutable
@@ -16,6 +8,7 @@ import scala.collection.mutable
 import org.apache.hadoop.fs.{FileStatus, Path}
 
 import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager
 import org.apache.spark.sql.execution.streaming.runtime.CompactibleFileStreamLog
 import org.apache.spark.sql.execution.streaming.runtime.CompactibleFileStreamLog._
 import org.apache.spark.sql.execution.streaming.sinks.FileStreamSinkLog
@@ -71,6 +64,9 @@ class BatchTaggedFileStreamSinkLog(
 
   def logFilePath(logBatchId: Long): Path = batchIdToPath(logBatchId)
 
+  /** The file manager of the log's directory (for batchlog's own records beside the log). */
+  def checkpointFileManager: CheckpointFileManager = fileManager
+
   override def shouldRetain(entry: SinkLogEntry, currentTime: Long): Boolean =
     retentionMs == Long.MaxValue || currentTime - entry.modificationTime <= retentionMs
 
@@ -79,15 +75,14 @@ class BatchTaggedFileStreamSinkLog(
   // ---- writing -------------------------------------------------------------------------------
 
   override def serialize(entries: Array[SinkLogEntry], out: OutputStream): Unit = {
-    val w = writer(out)
-    w.write(LogFormat.Header)
-    entries.foreach { e => w.write('\n'); w.write(LogFormat.encode(e)) }
+    val w = LogFiles.writer(out)
+    entries.foreach(e => LogFiles.writeLine(w, LogFormat.encode(e)))
     w.flush()
   }
 
   override def deserialize(in: InputStream): Array[SinkLogEntry] = {
     val buf = mutable.ArrayBuffer.empty[SinkLogEntry]
-    readLines(in, metadataPath.toString) { (line, lineNo) =>
+    LogFiles.readLines(in, metadataPath.toString) { (line, lineNo) =>
       buf += decodeLine(line, metadataPath.toString, lineNo)
     }
     buf.toArray
@@ -114,25 +109,25 @@ class BatchTaggedFileStreamSinkLog(
     val startNs = System.nanoTime()
     val now = System.currentTimeMillis()
     val added = addNewBatchByStream(batchId) { out =>
-      val w = writer(out)
-      w.write(LogFormat.Header)
+      val w = LogFiles.writer(out)
       getValidBatchesBeforeCompactionBatch(batchId, compactInterval).foreach { id =>
         val inCompact = isCompactionBatch(id, compactInterval)
         val file = batchIdToPath(id).toString
         foreachLineIn(id) { (line, lineNo) =>
-          if (!retentionActive && LogFormat.isTagged(line)) {
-            w.write('\n'); w.write(line)
-          } else {
+          if (!retentionActive && LogFormat.isTagged(line)) LogFiles.writeLine(w, line)
+          else {
             val e = decodeLine(line, file, lineNo)
             if (shouldRetain(e, now)) {
-              w.write('\n')
-              w.write(LogFormat.encode(e.copy(batchId = LogFormat.resolveBatch(e, id, inCompact))))
+              LogFiles.writeLine(
+                w,
+                LogFormat.encode(e.copy(batchId = LogFormat.resolveBatch(e, id, inCompact)))
+              )
             }
           }
         }
       }
       newEntries.foreach { e =>
-        if (shouldRetain(e, now)) { w.write('\n'); w.write(LogFormat.encode(e)) }
+        if (shouldRetain(e, now)) LogFiles.writeLine(w, LogFormat.encode(e))
       }
       w.flush()
     }
@@ -167,29 +162,22 @@ class BatchTaggedFileStreamSinkLog(
     else fileManager.list(metadataPath, batchFilesFilter).sortBy(f => pathToBatchId(f.getPath))
 
   /** Fails with a clear error unless log file `logBatchId` starts with the `v1` header. */
-  def checkHeader(logBatchId: Long): Unit = withLogFile(logBatchId) { (in, file) =>
-    val header = new BufferedReader(new InputStreamReader(in, UTF_8)).readLine()
-    if (header != LogFormat.Header) throw BatchLogException.badHeader(file, header)
+  def checkHeader(logBatchId: Long): Unit = {
+    val file = batchIdToPath(logBatchId)
+    val in = LogFiles.open(fileManager, file, s"the log needs it to read batch $logBatchId")
+    try {
+      val header = new BufferedReader(new InputStreamReader(in, UTF_8)).readLine()
+      if (header != LogFormat.Header) throw BatchLogException.badHeader(file.toString, header)
+    } finally in.close()
   }
 
   /** Calls `fn(line, lineNo)` for each entry line of log file `logBatchId`, header checked. */
   def foreachLineIn(logBatchId: Long)(fn: (String, Long) => Unit): Unit =
-    withLogFile(logBatchId)((in, file) => readLines(in, file)(fn))
-
-  private def withLogFile[A](logBatchId: Long)(fn: (InputStream, String) => A): A = {
-    val file = batchIdToPath(logBatchId)
-    val in =
-      try fileManager.open(file)
-      catch {
-        case _: FileNotFoundException =>
-          throw BatchLogException.missingLogFile(
-            file.toString,
-            s"the log needs it to read batch $logBatchId"
-          )
-      }
-    try fn(in, file.toString)
-    finally in.close()
-  }
+    LogFiles.foreachLine(
+      fileManager,
+      batchIdToPath(logBatchId),
+      s"the log needs it to read batch $logBatchId"
+    )(fn)
 
   /** Calls `fn` for each entry of log file `logBatchId`, its batch resolved. */
   def foreachEntryIn(logBatchId: Long)(fn: SinkLogEntry => Unit): Unit = {
@@ -230,22 +218,6 @@ class BatchTaggedFileStreamSinkLog(
       case e: IllegalArgumentException =>
         throw BatchLogException.corruptLine(file, lineNo, e.getMessage)
     }
-
-  private def readLines(in: InputStream, file: String)(fn: (String, Long) => Unit): Unit = {
-    val r = new BufferedReader(new InputStreamReader(in, UTF_8), 1 << 16)
-    val header = r.readLine()
-    if (header != LogFormat.Header) throw BatchLogException.badHeader(file, header)
-    var lineNo = 1L
-    var line = r.readLine()
-    while (line != null) {
-      lineNo += 1
-      fn(line, lineNo)
-      line = r.readLine()
-    }
-  }
-
-  private def writer(out: OutputStream) =
-    new BufferedWriter(new OutputStreamWriter(out, UTF_8), 1 << 16)
 }
 
 object BatchTaggedFileStreamSinkLog {

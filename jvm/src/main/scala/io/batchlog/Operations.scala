@@ -1,0 +1,47 @@
+package io.batchlog
+
+import org.json4s.jackson.JsonMethods.{compact, parse, render}
+import org.json4s.JsonDSL._
+
+import org.apache.spark.sql.{DataFrame, SparkSession}
+
+import io.batchlog.ops.{Adopt, ReadByBatch, Rewind}
+
+/**
+ * The operations the Python facade and CLI call, in Java-friendly types (strings, longs, booleans,
+ * DataFrames; boxed `Long`s where Python passes `None`). Reports are JSON strings.
+ */
+object Operations {
+
+  /** Plans a rewind and, unless `dryRun`, carries it out. JSON: `{"plan": ..., "result": ...}`. */
+  def rewind(
+      spark: SparkSession,
+      sinkPath: String,
+      checkpointPath: String,
+      toBatch: Long,
+      dryRun: Boolean,
+      quiet: Boolean
+  ): String = {
+    val plan = Rewind.plan(spark, sinkPath, checkpointPath, toBatch)
+    val result = if (dryRun) None else Some(parse(Rewind.apply(spark, plan, quiet)))
+    compact(render(("plan" -> parse(plan.toJson)) ~ ("result" -> result)))
+  }
+
+  def adopt(spark: SparkSession, sinkPath: String, dryRun: Boolean, quiet: Boolean): String =
+    Adopt.run(spark, sinkPath, dryRun, quiet)
+
+  def read(
+      spark: SparkSession,
+      sinkPath: String,
+      format: String,
+      fromBatch: java.lang.Long,
+      toBatch: java.lang.Long
+  ): DataFrame =
+    ReadByBatch(
+      spark,
+      sinkPath,
+      format,
+      Option(fromBatch).map(_.longValue),
+      Option(toBatch).map(_.longValue)
+    )
+}

@@ -1,0 +1,104 @@
+package io.batchlog.checkpoint
+
+import java.io.{BufferedReader, InputStreamReader}
+import java.nio.charset.StandardCharsets.UTF_8
+
+import scala.util.Try
+
+import org.apache.hadoop.fs.{FileSystem, Path}
+import org.json4s._
+import org.json4s.jackson.JsonMethods.parse
+
+import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager
+
+import io.batchlog.BatchLogException
+
+/**
+ * One entry of a query's offset log, `offsets/N`:
+ * {{{
+ *   v1
+ *   {"batchWatermarkMs":0,"batchTimestampMs":...,"conf":{...}}   <- metadata
+ *   {"logOffset":3}                                             <- one line per source ("-": none)
+ * }}}
+ */
+final case class OffsetsEntry(
+    batchId: Long,
+    conf: Map[String, String],
+    sourceOffsets: Seq[Option[String]]
+) {
+
+  /** The file source's offset for source `i`: its log offset, if source `i` is a file source. */
+  def fileSourceLogOffset(i: Int): Option[Long] =
+    sourceOffsets.lift(i).flatten.flatMap { s =>
+      Try(parse(s)).toOption.collect {
+        case JObject(List(("logOffset", JInt(k)))) => k.toLong
+      }
+    }
+}
+
+/**
+ * A streaming query's checkpoint directory, read through Hadoop's `FileSystem` and Spark's
+ * `CheckpointFileManager`: `metadata` (the query id), `offsets/N` (planned batches), `commits/N`
+ * (finished batches), `sources/<i>/` (per-source logs) and `state/<operator>/<partition>/` (state
+ * store versions). The one place that knows this layout.
+ */
+class QueryCheckpoint(spark: SparkSession, path: String) {
+  private val hadoopConf = spark.sessionState.newHadoopConf()
+  private val asGiven = new Path(path)
+  val fs: FileSystem = asGiven.getFileSystem(hadoopConf)
+  val root: Path = fs.makeQualified(asGiven)
+  val fm: CheckpointFileManager = CheckpointFileManager.create(root, hadoopConf)
+
+  val offsetsDir = new Path(root, "offsets")
+  val commitsDir = new Path(root, "commits")
+  val sourcesDir = new Path(root, "sources")
+  val stateDir = new Path(root, "state")
+
+  if (!fm.exists(new Path(root, "metadata")) || !fm.exists(offsetsDir)) {
+    throw BatchLogException.notACheckpoint(path)
+  }
+
+  /** Batch ids with an `offsets/N` file, ascending. */
+  def offsetIds: Seq[Long] = numericNames(offsetsDir)
+
+  /** Batch ids with a `commits/N` file, ascending. */
+  def commitIds: Seq[Long] = numericNames(commitsDir)
+
+  def offsetsFile(n: Long): Path = new Path(offsetsDir, n.toString)
+  def commitFile(n: Long): Path = new Path(commitsDir, n.toString)
+
+  def offsets(n: Long): OffsetsEntry = {
+    val file = offsetsFile(n)
+    val in = fm.open(file)
+    val lines =
+      try {
+        val r = new BufferedReader(new InputStreamReader(in, UTF_8))
+        Iterator.continually(r.readLine()).takeWhile(_ != null).toVector
+      } finally in.close()
+    if (lines.headOption.contains("v1") && lines.length >= 2) {
+      val conf = Try(parse(lines(1)) \ "conf").toOption.collect { case JObject(fields) =>
+        fields.collect { case (k, JString(v)) => k -> v }.toMap
+      }.getOrElse(throw BatchLogException.unsupportedCheckpoint(
+        file.toString,
+        "its metadata line is not JSON"
+      ))
+      OffsetsEntry(n, conf, lines.drop(2).map(l => if (l == "-") None else Some(l)))
+    } else {
+      throw BatchLogException.unsupportedCheckpoint(
+        file.toString,
+        s"its header is '${lines.headOption.getOrElse("")}', only the offset log format v1 is known"
+      )
+    }
+  }
+
+  /** Source indexes with a `sources/<i>/` directory. */
+  def sourceIndexes: Seq[Int] = numericNames(sourcesDir).map(_.toInt)
+
+  def sourceDir(i: Int): Path = new Path(sourcesDir, i.toString)
+
+  /** Names in a directory that are plain numbers (log files), ascending; none if it is absent. */
+  def numericNames(dir: Path): Seq[Long] =
+    if (!fm.exists(dir)) Nil
+    else fm.list(dir).toSeq.map(_.getPath.getName).filter(_.matches("[0-9]+")).map(_.toLong).sorted
+}

@@ -1,0 +1,80 @@
+package io.batchlog.log
+
+import java.io.{
+  BufferedReader,
+  BufferedWriter,
+  FileNotFoundException,
+  InputStream,
+  InputStreamReader,
+  OutputStreamWriter,
+  Writer
+}
+import java.nio.charset.StandardCharsets.UTF_8
+
+import org.apache.hadoop.fs.Path
+
+import org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager
+
+import io.batchlog.BatchLogException
+
+/**
+ * Reading and writing log files (`v1` header, one entry per line) through a
+ * `CheckpointFileManager`, so they work on any Hadoop file system. The one place that knows how a
+ * log file is framed; [[LogFormat]] knows the lines.
+ */
+object LogFiles {
+
+  /** Calls `fn(line, lineNo)` for each line after the `v1` header (line numbers from 2). */
+  def readLines(in: InputStream, file: String)(fn: (String, Long) => Unit): Unit = {
+    val r = new BufferedReader(new InputStreamReader(in, UTF_8), 1 << 16)
+    val header = r.readLine()
+    if (header != LogFormat.Header) throw BatchLogException.badHeader(file, header)
+    var n = 1L
+    var line = r.readLine()
+    while (line != null) { n += 1; fn(line, n); line = r.readLine() }
+  }
+
+  /** Opens `file`; a missing file is a [[BatchLogException]] that says `why` it is needed. */
+  def open(fm: CheckpointFileManager, file: Path, why: => String): InputStream =
+    try fm.open(file)
+    catch {
+      case _: FileNotFoundException => throw BatchLogException.missingLogFile(file.toString, why)
+    }
+
+  def foreachLine(fm: CheckpointFileManager, file: Path, why: => String)(
+      fn: (String, Long) => Unit
+  ): Unit = {
+    val in = open(fm, file, why)
+    try readLines(in, file.toString)(fn)
+    finally in.close()
+  }
+
+  /** The header and no entries yet; entries follow with [[writeLine]]. */
+  def writer(out: java.io.OutputStream): Writer = {
+    val w = new BufferedWriter(new OutputStreamWriter(out, UTF_8), 1 << 16)
+    w.write(LogFormat.Header)
+    w
+  }
+
+  def writeLine(w: Writer, line: String): Unit = { w.write('\n'); w.write(line) }
+
+  /**
+   * Writes `file` atomically (temp file + rename): readers see the old file or the whole new one,
+   * never a part, and a crash leaves no partial file.
+   */
+  def writeAtomic(
+      fm: CheckpointFileManager,
+      file: Path,
+      overwrite: Boolean
+  )(fn: Writer => Unit): Unit = {
+    val out = fm.createAtomic(file, overwriteIfPossible = overwrite)
+    try {
+      val w = writer(out)
+      fn(w)
+      w.flush()
+      out.close()
+    } catch {
+      case e: Throwable => out.cancel(); throw e
+    }
+  }
+}

@@ -1,0 +1,112 @@
+package io.batchlog.log
+
+import org.apache.hadoop.fs.Path
+
+import org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager
+import org.apache.spark.sql.execution.streaming.runtime.CompactibleFileStreamLog._
+
+import io.batchlog.BatchLogException
+
+/**
+ * A plan to truncate a compactible log directory (files `N` and `N.compact`, a `v1` header, one
+ * JSON entry per line, every entry's batch known) so that its latest batch is `keepUpTo`.
+ *
+ * One operation serves both logs a rewind must cut back: the sink's batch-tagged log and the file
+ * source's log under `checkpoint/sources/<i>/` (whose entries carry the source's log offset as
+ * `batchId`). Reading batch `keepUpTo` afterwards needs the compact file at or below it and the
+ * batch files after that ([[getAllValidBatches]]); the plan rebuilds any of them that cleanup
+ * already deleted, by filtering the oldest compact file above `keepUpTo` on the entries' batch,
+ * then deletes every file above `keepUpTo`, newest first, so that at every moment the log's latest
+ * batch can still be read.
+ *
+ * @param rebuild
+ *   log file ids to write, filtered from compact file `rebuildFrom`
+ * @param delete
+ *   log file ids to delete, newest first
+ */
+final case class LogTruncation(
+    dir: Path,
+    keepUpTo: Long,
+    interval: Int,
+    rebuild: Seq[Long],
+    rebuildFrom: Option[Long],
+    delete: Seq[Long]
+) {
+
+  def isNoop: Boolean = rebuild.isEmpty && delete.isEmpty
+
+  def fileName(id: Long): String =
+    if (isCompactionBatch(id, interval)) s"$id$COMPACT_FILE_SUFFIX" else id.toString
+}
+
+object LogTruncation {
+
+  /** Log file ids present in `dir` (ignoring other names, `.crc` files included). */
+  def listIds(fm: CheckpointFileManager, dir: Path): Seq[Long] =
+    if (!fm.exists(dir)) Nil
+    else
+      fm.list(dir).toSeq.flatMap { f =>
+        try Some(getBatchIdFromFileName(f.getPath.getName))
+        catch { case _: NumberFormatException => None }
+      }.sorted
+
+  /**
+   * The compact interval a log was written with: the gap between its two newest compact files, else
+   * derived from its one compact file, else `default` (Spark's own rule).
+   */
+  def intervalOf(fm: CheckpointFileManager, dir: Path, default: Int): Int = {
+    val compacts = if (!fm.exists(dir)) Nil
+    else
+      fm.list(dir).map(_.getPath.getName).filter(_.endsWith(COMPACT_FILE_SUFFIX))
+        .map(getBatchIdFromFileName).sorted(Ordering.Long.reverse).toSeq
+    compacts match {
+      case a +: b +: _ => (a - b).toInt
+      case Seq(a) => deriveCompactInterval(default, a.toInt)
+      case _ => default
+    }
+  }
+
+  def plan(fm: CheckpointFileManager, dir: Path, keepUpTo: Long, interval: Int): LogTruncation = {
+    val present = listIds(fm, dir)
+    val needed = if (keepUpTo < 0) Nil else getAllValidBatches(keepUpTo, interval)
+    val missing = needed.filterNot(present.contains)
+    val from =
+      if (missing.isEmpty) None
+      else present.filter(id => id > keepUpTo && isCompactionBatch(id, interval)).headOption
+    if (missing.nonEmpty && from.isEmpty) {
+      throw BatchLogException.missingLogFile(
+        new Path(dir, missing.head.toString).toString,
+        s"it is needed to cut the log back to batch $keepUpTo and no later compact file holds " +
+          "its entries"
+      )
+    }
+    LogTruncation(dir, keepUpTo, interval, missing, from, present.filter(_ > keepUpTo).reverse)
+  }
+
+  /**
+   * Carries out `t`. `batchOf(line)` gives an entry line's batch (None if unknown: then a rebuild
+   * that needs it fails rather than guess). Re-running after a crash is safe: it re-plans from what
+   * is on disk, and each file is written atomically.
+   */
+  def apply(fm: CheckpointFileManager, t: LogTruncation)(batchOf: String => Option[Long]): Unit = {
+    t.rebuildFrom.foreach { src =>
+      val srcPath = new Path(t.dir, t.fileName(src))
+      t.rebuild.foreach { id =>
+        val keep: Long => Boolean =
+          if (isCompactionBatch(id, t.interval)) _ <= id else _ == id
+        LogFiles.writeAtomic(fm, new Path(t.dir, t.fileName(id)), overwrite = false) { w =>
+          LogFiles.foreachLine(fm, srcPath, s"it holds the entries to rebuild ${t.fileName(id)}") {
+            (line, lineNo) =>
+              val b = batchOf(line).getOrElse(throw BatchLogException.corruptLine(
+                srcPath.toString,
+                lineNo,
+                "its batch is unknown, so it cannot be split by batch"
+              ))
+              if (keep(b)) LogFiles.writeLine(w, line)
+          }
+        }
+      }
+    }
+    t.delete.foreach(id => fm.delete(new Path(t.dir, t.fileName(id))))
+  }
+}

@@ -1,0 +1,75 @@
+package io.batchlog.ops
+
+import scala.collection.mutable
+
+import org.json4s.JsonDSL._
+import org.json4s.jackson.JsonMethods.{compact, render}
+
+import org.apache.spark.sql.SparkSession
+
+import io.batchlog.SinkLogApi
+import io.batchlog.log.{BatchTaggedFileStreamSinkLog, LogFiles, LogFormat}
+
+/**
+ * Adopts a sink written (wholly or partly) by plain Spark: rewrites each compact file so that every
+ * entry whose batch can be proven carries `batchId`, and leaves the rest untagged.
+ *
+ * Proof of an entry's batch: it is listed in the per-batch log file `N` Spark still keeps (until
+ * cleanup), or its data file name is batch-tagged. Each compact file is replaced atomically with
+ * the same entries in the same order, so plain Spark reads the same files and a re-run after a
+ * crash only finishes the job.
+ */
+object Adopt {
+
+  def run(spark: SparkSession, sinkPath: String, dryRun: Boolean, quiet: Boolean): String = {
+    val meta = SinkLogApi.metadataPathOf(spark, sinkPath)
+    val log = new BatchTaggedFileStreamSinkLog(spark, meta.toString)
+    val fm = log.checkpointFileManager
+    val ids = log.listLogFiles().map(f => log.pathToBatchId(f.getPath)).toSeq
+    val (compacts, batches) = ids.partition(log.isCompactFile)
+    val proof = mutable.HashMap.empty[String, Long]
+    batches.foreach(id =>
+      log.foreachLineIn(id)((line, _) => proof(LogFormat.decode(line).path) = id)
+    )
+
+    def tagged(line: String): String =
+      if (LogFormat.isTagged(line)) line
+      else {
+        val e = LogFormat.decode(line)
+        val b = e.batchId.orElse(proof.get(e.path)).orElse(LogFormat.resolveBatch(
+          e,
+          -1,
+          inCompact = true
+        ))
+        if (b.isEmpty) line else LogFormat.encode(e.copy(batchId = b))
+      }
+
+    val progress = new Progress("adopt: compact files", quiet)
+    var newlyTagged, stillUntagged, rewritten = 0L
+    var horizon = 0L
+    compacts.zipWithIndex.foreach { case (id, i) =>
+      var changed, untaggedHere = 0L
+      log.foreachLineIn(id) { (line, _) =>
+        if (!LogFormat.isTagged(line)) {
+          if (LogFormat.isTagged(tagged(line))) changed += 1 else untaggedHere += 1
+        }
+      }
+      newlyTagged += changed
+      stillUntagged += untaggedHere
+      if (untaggedHere > 0) horizon = math.max(horizon, id + 1)
+      if (changed > 0 && !dryRun) {
+        LogFiles.writeAtomic(fm, log.logFilePath(id), overwrite = true) { w =>
+          log.foreachLineIn(id)((line, _) => LogFiles.writeLine(w, tagged(line)))
+        }
+        rewritten += 1
+      }
+      progress.step(i + 1, compacts.length)
+    }
+    compact(render(
+      ("sink" -> meta.getParent.toString) ~ ("dryRun" -> dryRun) ~
+        ("compactFiles" -> compacts.length) ~ ("compactFilesRewritten" -> rewritten) ~
+        ("entriesTagged" -> newlyTagged) ~ ("entriesUntagged" -> stillUntagged) ~
+        ("untaggedHorizon" -> horizon)
+    ))
+  }
+}

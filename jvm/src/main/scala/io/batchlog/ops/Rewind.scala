@@ -1,0 +1,318 @@
+package io.batchlog.ops
+
+import scala.collection.mutable
+
+import org.apache.hadoop.fs.Path
+import org.json4s.JsonDSL._
+import org.json4s.jackson.JsonMethods.{compact, render}
+
+import org.apache.spark.paths.SparkPath
+import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager
+
+import io.batchlog.{BatchLogConf, BatchLogException, SinkLogApi}
+import io.batchlog.checkpoint.{QueryCheckpoint, StateFiles}
+import io.batchlog.commit.DataFileNaming
+import io.batchlog.log.{BatchTaggedFileStreamSinkLog, LogFormat, LogTruncation}
+
+/** A data file a rewind deletes; `logged` is false for an orphan found by its batch-tagged name. */
+final case class DataFileToDelete(path: Path, size: Long, batchId: Long, logged: Boolean)
+
+/**
+ * What a rewind of a sink and its query's checkpoint to batch `toBatch` will do: computed from
+ * listings and log contents only, changing nothing (a dry run prints it). See [[Rewind]].
+ */
+final case class RewindPlan(
+    sink: Path,
+    metadataPath: Path,
+    checkpoint: Path,
+    toBatch: Long,
+    sinkLatest: Long,
+    offsetsLatest: Long,
+    commitsLatest: Long,
+    sinkHorizon: Long,
+    checkpointHorizon: Long,
+    dataFiles: Seq[DataFileToDelete],
+    sinkLog: LogTruncation,
+    sourceLogs: Seq[(Int, LogTruncation)],
+    stateFiles: Seq[(Path, Long)],
+    removeStateDir: Boolean,
+    commitsToDelete: Seq[Long],
+    offsetsToDelete: Seq[Long],
+    resuming: Boolean
+) {
+
+  def horizon: Long = math.max(sinkHorizon, checkpointHorizon)
+
+  def toJson: String = {
+    def trunc(t: LogTruncation) =
+      ("dir" -> t.dir.toString) ~ ("keepUpTo" -> t.keepUpTo) ~
+        ("rebuild" -> t.rebuild.map(t.fileName)) ~ ("delete" -> t.delete.map(t.fileName))
+    compact(render(
+      ("sink" -> sink.toString) ~ ("checkpoint" -> checkpoint.toString) ~ ("toBatch" -> toBatch) ~
+        ("sinkLatestBatch" -> sinkLatest) ~ ("offsetsLatest" -> offsetsLatest) ~
+        ("commitsLatest" -> commitsLatest) ~ ("horizon" -> horizon) ~
+        ("sinkHorizon" -> sinkHorizon) ~ ("checkpointHorizon" -> checkpointHorizon) ~
+        ("resuming" -> resuming) ~
+        ("affectedBatches" -> (if (sinkLatest >= toBatch) (toBatch to sinkLatest).toList
+                               else Nil)) ~
+        ("dataFiles" -> dataFiles.length) ~ ("dataBytes" -> dataFiles.map(_.size).sum) ~
+        ("orphanFiles" -> dataFiles.count(!_.logged)) ~
+        ("dataFilesPerBatch" -> dataFiles.groupBy(_.batchId).toList.sortBy(_._1).map {
+          case (b, fs) =>
+            ("batchId" -> b) ~ ("files" -> fs.length) ~ ("bytes" -> fs.map(_.size).sum)
+        }) ~
+        ("sinkLog" -> trunc(sinkLog)) ~
+        ("sourceLogs" -> sourceLogs.map { case (i, t) => ("source" -> i) ~ trunc(t) }) ~
+        ("stateFiles" -> stateFiles.map(_._1.toString)) ~
+        ("stateBytes" -> stateFiles.map(_._2).sum) ~ ("removeStateDir" -> removeStateDir) ~
+        ("commitsToDelete" -> commitsToDelete) ~ ("offsetsToDelete" -> offsetsToDelete)
+    ))
+  }
+}
+
+/**
+ * Rewinds a file sink and its query's checkpoint so that restarting the same query re-runs batch
+ * `toBatch` with exactly the input range it had (exact replay), then continues.
+ *
+ * For the sink: every data file written by a batch >= N is deleted (in parallel), and the
+ * batch-tagged log is cut back to batch N-1 ([[LogTruncation]]), after which the sink accepts batch
+ * N again. For the checkpoint (facts in the project notes on checkpoint rewind): `offsets/` keeps N
+ * (exact replay), `commits/` keeps N-1, each file source's log under `sources/<i>/` is cut back to
+ * the log offset recorded in `offsets/N` (else its files would never be read again), and every
+ * state store version above N is deleted (all of `state/` for N = 0).
+ *
+ * Crash safety: an intent record ([[RewindIntent]]) is written first and removed last. The steps
+ * are ordered so that re-planning from what is on disk finishes the job (data files are deleted
+ * while the log still names them; the log is cut before the checkpoint), and while the record
+ * exists the commit protocol refuses the sink, so a query restarted on a half-rewound sink fails
+ * instead of silently skipping batches.
+ */
+object Rewind {
+
+  val Steps: Seq[String] =
+    Seq("intent", "data-files", "sink-log", "state", "source-logs", "commits", "offsets", "done")
+
+  def plan(
+      spark: SparkSession,
+      sinkPath: String,
+      checkpointPath: String,
+      toBatch: Long
+  ): RewindPlan = {
+    val hadoopConf = spark.sessionState.newHadoopConf()
+    val meta = SinkLogApi.metadataPathOf(spark, sinkPath)
+    val sink = meta.getParent
+    val cp = new QueryCheckpoint(spark, checkpointPath)
+    refuseIfActive(spark, sink)
+    val sinkFm = CheckpointFileManager.create(meta, hadoopConf)
+    val intent = RewindIntent.read(sinkFm, meta)
+    intent.foreach { i =>
+      if (i.toBatch != toBatch || i.checkpoint != cp.root.toString) {
+        throw BatchLogException.rewindInProgress(i.sink, i.toBatch, i.checkpoint)
+      }
+    }
+    if (toBatch < 0) throw BatchLogException.invalidArgument("to_batch", toBatch, "it must be >= 0")
+    val log = new BatchTaggedFileStreamSinkLog(spark, meta.toString)
+    val sinkLatest = log.getLatestBatchId().getOrElse(-1L)
+    if (toBatch > sinkLatest + 1) {
+      throw BatchLogException.invalidArgument(
+        "to_batch",
+        toBatch,
+        s"the sink's latest batch is $sinkLatest, so a rewind can go to batch ${sinkLatest + 1} at most"
+      )
+    }
+
+    // The sink: data files of batches >= N, and how far back the tagged lineage reaches.
+    val dataFiles = mutable.ArrayBuffer.empty[DataFileToDelete]
+    val logged = mutable.HashSet.empty[String]
+    var sinkHorizon = 0L
+    log.liveLogBatchIds().foreach { id =>
+      log.foreachEntryIn(id) { e =>
+        e.batchId match {
+          case Some(b) if b >= toBatch =>
+            val p = SparkPath.fromUrlString(e.path).toPath
+            dataFiles += DataFileToDelete(p, e.size, b, logged = true)
+            logged += p.toUri.getPath
+          case Some(_) =>
+          case None => sinkHorizon = math.max(sinkHorizon, id + 1) // untagged: batch <= id
+        }
+      }
+    }
+    OutputFiles.foreachDataFile(sink.getFileSystem(hadoopConf), sink) { f =>
+      DataFileNaming.batchIdOf(f.getPath.getName).foreach { b =>
+        if (b >= toBatch && !logged.contains(f.getPath.toUri.getPath)) {
+          dataFiles += DataFileToDelete(f.getPath, f.getLen, b, logged = false)
+        }
+      }
+    }
+
+    // The checkpoint.
+    val offsets = cp.offsetIds
+    val commits = cp.commitIds
+    val offsetsLatest = offsets.lastOption.getOrElse(-1L)
+    val commitsLatest = commits.lastOption.getOrElse(-1L)
+    if (intent.isEmpty && (sinkLatest > offsetsLatest || sinkLatest < offsetsLatest - 1)) {
+      throw BatchLogException.unsupportedCheckpoint(
+        cp.root.toString,
+        s"it has planned batches up to $offsetsLatest but the sink $sink has committed up to " +
+          s"$sinkLatest: they are not the checkpoint and sink of one query"
+      )
+    }
+    val checkpointHorizon =
+      if (offsets.isEmpty || offsets.head == 0) 0L
+      else math.max(offsets.head, commits.headOption.getOrElse(offsets.head)) + 1
+    if (toBatch < sinkHorizon || toBatch < checkpointHorizon) {
+      val why =
+        if (toBatch < sinkHorizon) {
+          s"the sink's entries of batches below $sinkHorizon are untagged (written or compacted " +
+            s"by plain Spark); run `python -m batchlog adopt $sink` to tag the ones that can be proven"
+        } else {
+          s"the checkpoint keeps offsets and commits from batch ${checkpointHorizon - 1} only " +
+            s"(${BatchLogConf.MinBatchesToRetainKey} = " +
+            s"${BatchLogConf.sinkLogSettings(spark).minBatchesToRetain}); raise " +
+            s"${BatchLogConf.MinBatchesToRetainKey} to keep a longer rewind horizon"
+        }
+      throw BatchLogException.beyondHorizon(toBatch, math.max(sinkHorizon, checkpointHorizon), why)
+    }
+    def require(n: Long, has: Seq[Long], dir: String): Unit = if (!has.contains(n)) {
+      throw BatchLogException.unsupportedCheckpoint(
+        s"${cp.root}/$dir/$n",
+        "it is missing inside the retained range (async progress tracking writes sparse logs)"
+      )
+    }
+    if (toBatch > 0 && toBatch <= offsetsLatest + 1) {
+      require(toBatch - 1, offsets, "offsets"); require(toBatch - 1, commits, "commits")
+    }
+    val atN = if (toBatch <= offsetsLatest) {
+      require(toBatch, offsets, "offsets"); Some(cp.offsets(toBatch))
+    } else None
+
+    val sourceLogs = atN.toSeq.flatMap { entry =>
+      cp.sourceIndexes.flatMap { i =>
+        val dir = cp.sourceDir(i)
+        entry.fileSourceLogOffset(i) match {
+          case Some(k) =>
+            val interval = LogTruncation.intervalOf(
+              cp.fm,
+              dir,
+              spark.sessionState.conf.fileSourceLogCompactInterval
+            )
+            Some(i -> LogTruncation.plan(cp.fm, dir, k, interval)).filterNot(_._2.isNoop)
+          case None if LogTruncation.listIds(cp.fm, dir).forall(_ == 0L) =>
+            None // initial offsets only
+          case None =>
+            throw BatchLogException.unsupportedCheckpoint(
+              dir.toString,
+              "its source log is of a kind batchlog cannot cut back"
+            )
+        }
+      }
+    }
+    val provider =
+      atN.orElse(offsets.lastOption.map(cp.offsets)).flatMap(_.conf.get(StateFiles.ProviderConfKey))
+    val removeStateDir = toBatch == 0 && cp.fs.exists(cp.stateDir)
+    val stateFiles =
+      if (toBatch == 0) Nil
+      else StateFiles.toDelete(cp, toBatch, provider).map(f => f.getPath -> f.getLen)
+
+    RewindPlan(
+      sink,
+      meta,
+      cp.root,
+      toBatch,
+      sinkLatest,
+      offsetsLatest,
+      commitsLatest,
+      sinkHorizon,
+      checkpointHorizon,
+      dataFiles.toSeq,
+      LogTruncation.plan(sinkFm, meta, toBatch - 1, log.interval),
+      sourceLogs,
+      stateFiles,
+      removeStateDir,
+      commits.filter(_ >= toBatch).reverse,
+      offsets.filter(_ > toBatch).reverse,
+      resuming = intent.isDefined
+    )
+  }
+
+  /** Carries out `plan`, step by step; returns a JSON report. */
+  def apply(spark: SparkSession, plan: RewindPlan, quiet: Boolean): String = {
+    val hadoopConf = spark.sessionState.newHadoopConf()
+    val sinkFm = CheckpointFileManager.create(plan.metadataPath, hadoopConf)
+    val cpFm = CheckpointFileManager.create(plan.checkpoint, hadoopConf)
+    val progress = new Progress(s"rewind to batch ${plan.toBatch}", quiet)
+    val haltAfter = spark.conf.getOption(BatchLogConf.FaultHaltAfterRewindStep)
+    val parallelism = BatchLogConf.deleteParallelism(spark)
+    val startNs = System.nanoTime()
+    def step(name: String)(body: => Unit): Unit = {
+      body
+      progress.note(s"rewind step '$name' done")
+      if (haltAfter.contains(name)) Runtime.getRuntime.halt(137) // fault injection for tests
+    }
+
+    step("intent") {
+      RewindIntent.write(
+        sinkFm,
+        plan.metadataPath,
+        RewindIntent(
+          plan.toBatch,
+          plan.sink.toString,
+          plan.checkpoint.toString,
+          System.currentTimeMillis()
+        )
+      )
+    }
+    var deleted = 0L
+    step("data-files") {
+      deleted = ParallelDelete(
+        plan.dataFiles.map(_.path),
+        hadoopConf,
+        parallelism,
+        new Progress("rewind: deleting data files", quiet)
+      )
+    }
+    step("sink-log") {
+      val src = plan.sinkLog.rebuildFrom.getOrElse(-1L)
+      LogTruncation.apply(sinkFm, plan.sinkLog) { line =>
+        val e = LogFormat.decode(line)
+        LogFormat.resolveBatch(e, src, inCompact = true)
+      }
+    }
+    step("state") {
+      if (plan.removeStateDir) cpFm.delete(new Path(plan.checkpoint, "state"))
+      else ParallelDelete(
+        plan.stateFiles.map(_._1),
+        hadoopConf,
+        parallelism,
+        new Progress("rewind: deleting state files", quiet)
+      )
+    }
+    step("source-logs") {
+      plan.sourceLogs.foreach { case (_, t) =>
+        LogTruncation.apply(cpFm, t)(JsonField.long(_, "batchId"))
+      }
+    }
+    val cp = new QueryCheckpoint(spark, plan.checkpoint.toString)
+    step("commits")(plan.commitsToDelete.foreach(n => cpFm.delete(cp.commitFile(n))))
+    step("offsets")(plan.offsetsToDelete.foreach(n => cpFm.delete(cp.offsetsFile(n))))
+    step("done")(RewindIntent.delete(sinkFm, plan.metadataPath))
+    val ms = (System.nanoTime() - startNs) / 1000000
+    compact(render(("toBatch" -> plan.toBatch) ~ ("dataFilesDeleted" -> deleted) ~
+      ("dataBytes" -> plan.dataFiles.map(_.size).sum) ~ ("elapsedMs" -> ms)))
+  }
+
+  private def refuseIfActive(spark: SparkSession, sink: Path): Unit = {
+    val FileSink = "FileSink\\[(.*)\\]".r
+    spark.streams.active.foreach { q =>
+      Option(q.lastProgress).map(_.sink.description).foreach {
+        case FileSink(p) =>
+          val qp = new Path(p)
+          if (qp.getFileSystem(spark.sessionState.newHadoopConf()).makeQualified(qp) == sink) {
+            throw BatchLogException.queryActive(sink.toString)
+          }
+        case _ =>
+      }
+    }
+  }
+}
