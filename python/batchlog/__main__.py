@@ -15,15 +15,20 @@ import batchlog
 from batchlog._cli_util import human_bytes, table
 
 
-def _session() -> SparkSession:
-    spark = (
+def _session(confs: list[str]) -> SparkSession:
+    builder = (
         batchlog.configure(SparkSession.builder)
         .master("local[2]")
         .appName("batchlog-cli")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
     )
+    for kv in confs:
+        key, sep, value = kv.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"batchlog: --conf takes KEY=VALUE, got {kv!r}")
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
@@ -136,6 +141,14 @@ def cmd_adopt(spark: SparkSession, args: argparse.Namespace) -> int:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m batchlog", description=__doc__)
+    p.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark or Hadoop setting for the CLI's session (repeatable), "
+        "e.g. spark.hadoop.fs.s3a.endpoint=...",
+    )
     sub = p.add_subparsers(dest="command", required=True)
     s = sub.add_parser("inspect", help="batches, entry counts, sizes and compaction state")
     s.add_argument("path", help="the sink's output directory (holds _spark_metadata)")
@@ -164,7 +177,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    spark = _session()
+    spark = _session(args.conf)
     try:
         return int(args.fn(spark, args))
     except batchlog.BatchLogError as e:
