@@ -1,5 +1,6 @@
 package io.batchlog
 
+import org.apache.spark.network.util.JavaUtils
 import org.apache.spark.sql.SparkSession
 
 /**
@@ -21,6 +22,40 @@ object BatchLogConf {
   val CleanupDelayKey = "spark.sql.streaming.fileSink.log.cleanupDelay"
   val DeletionKey = "spark.sql.streaming.fileSink.log.deletion"
   val MinBatchesToRetainKey = "spark.sql.streaming.minBatchesToRetain"
+
+  /**
+   * Retention that keeps lineage: at each compaction, drop the entries of batches older than the
+   * last `spark.batchlog.retention.batches` batches, and entries whose file is older than
+   * `spark.batchlog.retention.age` (a duration like `30d`; also hidden from readers, as Spark's
+   * sink option `retention` does). Entries kept keep their `batchId`; untagged entries are never
+   * dropped by batch. Dropped counts are logged and recorded in the compact file's index.
+   */
+  val RetentionBatchesKey = "spark.batchlog.retention.batches"
+  val RetentionAgeKey = "spark.batchlog.retention.age"
+
+  final case class Retention(batches: Option[Long], ageMs: Option[Long])
+
+  def retention(spark: SparkSession): Retention = {
+    val batches = spark.conf.getOption(RetentionBatchesKey).map { v =>
+      val n = scala.util.Try(v.trim.toLong).getOrElse(-1L)
+      if (n <= 0) throw BatchLogException.invalidArgument(
+        RetentionBatchesKey,
+        v,
+        "it must be a positive number of batches"
+      )
+      n
+    }
+    val age = spark.conf.getOption(RetentionAgeKey).map { v =>
+      scala.util.Try(JavaUtils.timeStringAsMs(v)).filter(_ > 0).getOrElse(
+        throw BatchLogException.invalidArgument(
+          RetentionAgeKey,
+          v,
+          "it must be a positive duration such as 30d or 12h"
+        )
+      )
+    }
+    Retention(batches, age)
+  }
 
   /** Threads that delete files (data files and state files of a rewind, vacuum). */
   val DeleteParallelismKey = "spark.batchlog.delete.parallelism"

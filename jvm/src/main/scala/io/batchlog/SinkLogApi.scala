@@ -32,7 +32,10 @@ class SinkLogApi(spark: SparkSession, outputPath: String) {
   /** Batch ids that wrote at least one live file, ascending. */
   def batches(): Array[Long] = {
     val ids = mutable.SortedSet.empty[Long]
-    log.foreachLiveEntry(e => e.batchId.foreach(ids += _))
+    log.liveLogBatchIds().foreach { id =>
+      if (log.isCompactFile(id)) ids ++= log.indexOf(id).runs.flatMap(_.batchId)
+      else log.foreachEntryIn(id)(e => e.batchId.foreach(ids += _))
+    }
     ids.toArray
   }
 
@@ -40,7 +43,7 @@ class SinkLogApi(spark: SparkSession, outputPath: String) {
   def files(batchId: Long): Array[String] = {
     if (batchId < 0) throw BatchLogException.invalidArgument("batch", batchId, "must be >= 0")
     val out = mutable.ArrayBuffer.empty[String]
-    log.foreachLiveEntry(e => if (e.batchId.contains(batchId)) out += e.path)
+    log.foreachLiveEntryWhere(_.contains(batchId))(out += _.path)
     out.toArray
   }
 
@@ -51,7 +54,14 @@ class SinkLogApi(spark: SparkSession, outputPath: String) {
   def batchOf(path: String): java.lang.Long = {
     val wanted = qualify(path)
     var found: Option[Option[Long]] = None
-    log.foreachLiveEntry { e =>
+    // A batch-tagged name says where to look; otherwise (or if it lies) scan the whole log.
+    val hint = DataFileNaming.batchIdOf(wanted.getName)
+    hint.foreach { b =>
+      log.foreachLiveEntryWhere(_.contains(b))(e =>
+        if (entryPath(e) == wanted) found = Some(e.batchId)
+      )
+    }
+    if (found.isEmpty) log.foreachLiveEntry { e =>
       if (found.isEmpty && entryPath(e) == wanted) found = Some(e.batchId)
     }
     found.map(b => java.lang.Long.valueOf(b.getOrElse(-1L))).orNull

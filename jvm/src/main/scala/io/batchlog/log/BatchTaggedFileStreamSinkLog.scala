@@ -4,6 +4,7 @@ import java.io.{BufferedReader, InputStream, InputStreamReader, OutputStream}
 import java.nio.charset.StandardCharsets.UTF_8
 
 import scala.collection.mutable
+import scala.util.control.NonFatal
 
 import org.apache.hadoop.fs.{FileStatus, Path}
 
@@ -67,10 +68,18 @@ class BatchTaggedFileStreamSinkLog(
   /** The file manager of the log's directory (for batchlog's own records beside the log). */
   def checkpointFileManager: CheckpointFileManager = fileManager
 
-  override def shouldRetain(entry: SinkLogEntry, currentTime: Long): Boolean =
-    retentionMs == Long.MaxValue || currentTime - entry.modificationTime <= retentionMs
+  /** batchlog's retention (`spark.batchlog.retention.*`), on top of the sink's `retention`. */
+  private val retention = BatchLogConf.retention(sparkSession)
+  private val maxAgeMs = math.min(retentionMs, retention.ageMs.getOrElse(Long.MaxValue))
 
-  private def retentionActive: Boolean = retentionMs != Long.MaxValue
+  /** Entries older than the sink's `retention` option or `spark.batchlog.retention.age`. */
+  override def shouldRetain(entry: SinkLogEntry, currentTime: Long): Boolean =
+    maxAgeMs == Long.MaxValue || currentTime - entry.modificationTime <= maxAgeMs
+
+  private def ageRetentionActive: Boolean = maxAgeMs != Long.MaxValue
+
+  private def statusOf(file: Path): Option[FileStatus] =
+    fileManager.list(file.getParent, (p: Path) => p.getName == file.getName).headOption
 
   // ---- writing -------------------------------------------------------------------------------
 
@@ -103,33 +112,62 @@ class BatchTaggedFileStreamSinkLog(
 
   /**
    * Writes `N.compact`: the live lines of the previous compact file and the batch files since, then
-   * `newEntries`, in batch order. Lines already tagged are copied as text.
+   * `newEntries`, in batch order, and its [[CompactIndex]]. A tagged line is copied as text (its
+   * batch read from its tail); only untagged lines and, under an age retention, every line are
+   * parsed. Retention drops lines of batches older than `retention.batches` and entries older than
+   * the age; what it drops is logged and recorded in the index.
    */
   private def compact(batchId: Long, newEntries: Array[SinkLogEntry]): Boolean = {
     val startNs = System.nanoTime()
     val now = System.currentTimeMillis()
+    val minBatch = retention.batches.map(n => batchId + 1 - n).getOrElse(Long.MinValue)
+    val index = new CompactIndex.Builder
+    var endOffset = 0L
     val added = addNewBatchByStream(batchId) { out =>
-      val w = LogFiles.writer(out)
+      val counted = new CompactIndex.CountingStream(out)
+      val w = LogFiles.writer(counted)
+      var run: Option[Option[Long]] = None // the batch of the current run of lines, if any
+      def emit(line: String, batch: Option[Long]): Unit =
+        if (batch.exists(_ < minBatch)) index.drop(batch)
+        else {
+          // A run's offset is exact only with the writer flushed; within a run it is unused.
+          if (!run.contains(batch)) { w.flush(); run = Some(batch) }
+          index.line(batch, counted.count)
+          LogFiles.writeLine(w, line)
+        }
       getValidBatchesBeforeCompactionBatch(batchId, compactInterval).foreach { id =>
         val inCompact = isCompactionBatch(id, compactInterval)
         val file = batchIdToPath(id).toString
         foreachLineIn(id) { (line, lineNo) =>
-          if (!retentionActive && LogFormat.isTagged(line)) LogFiles.writeLine(w, line)
+          val tagged = LogFormat.taggedBatch(line)
+          if (tagged.isDefined && !ageRetentionActive) emit(line, tagged)
           else {
             val e = decodeLine(line, file, lineNo)
-            if (shouldRetain(e, now)) {
-              LogFiles.writeLine(
-                w,
-                LogFormat.encode(e.copy(batchId = LogFormat.resolveBatch(e, id, inCompact)))
-              )
-            }
+            val b = tagged.orElse(LogFormat.resolveBatch(e, id, inCompact))
+            if (!shouldRetain(e, now)) index.drop(b)
+            else emit(if (tagged.isDefined) line else LogFormat.encode(e.copy(batchId = b)), b)
           }
         }
       }
       newEntries.foreach { e =>
-        if (shouldRetain(e, now)) LogFiles.writeLine(w, LogFormat.encode(e))
+        if (shouldRetain(e, now)) emit(LogFormat.encode(e), e.batchId) else index.drop(e.batchId)
       }
       w.flush()
+      endOffset = counted.count
+    }
+    if (added) {
+      val compactFile = batchIdToPath(batchId)
+      statusOf(compactFile).foreach { st =>
+        CompactIndex.write(
+          fileManager,
+          CompactIndex.pathOf(compactFile),
+          index.result(endOffset, st)
+        )
+      }
+      if (index.dropped > 0) {
+        logInfo(s"Retention dropped ${index.dropped} entries (batches up to " +
+          s"${index.droppedMaxBatch}) from compact batch $batchId")
+      }
     }
     val ms = (System.nanoTime() - startNs) / 1000000
     if (ms >= COMPACT_LATENCY_WARN_THRESHOLD_MS) {
@@ -148,8 +186,16 @@ class BatchTaggedFileStreamSinkLog(
       val minBatchId = currentBatchId + 1 - minBatchesToRetain
       val minCompactionBatchId = minBatchId - (minBatchId % compactInterval) - 1
       val expiredTime = System.currentTimeMillis() - fileCleanupDelayMs
+      def expired(p: Path): Boolean = {
+        val name = p.getName
+        val logName =
+          if (CompactIndex.isIndexFile(name)) name.stripSuffix(CompactIndex.Suffix) else name
+        isBatchFile(new Path(p.getParent, logName)) && getBatchIdFromFileName(
+          logName
+        ) < minCompactionBatchId
+      }
       fileManager
-        .list(metadataPath, (p: Path) => isBatchFile(p) && pathToBatchId(p) < minCompactionBatchId)
+        .list(metadataPath, (p: Path) => expired(p))
         .foreach { f => if (f.getModificationTime <= expiredTime) fileManager.delete(f.getPath) }
     }
   }
@@ -188,6 +234,117 @@ class BatchTaggedFileStreamSinkLog(
       fn(if (e.batchId.isDefined) e
       else e.copy(batchId = LogFormat.resolveBatch(e, logBatchId, inCompact)))
     }
+  }
+
+  /**
+   * The index of compact file `compactId`: the one on disk if it matches the file, else rebuilt by
+   * one scan of the file and written back (best effort: a read-only reader still gets it).
+   */
+  def indexOf(compactId: Long, rebuild: Boolean = false): CompactIndex = {
+    val file = batchIdToPath(compactId)
+    val status = statusOf(file).getOrElse(
+      throw BatchLogException.missingLogFile(
+        file.toString,
+        s"the log needs it to read batch $compactId"
+      )
+    )
+    val onDisk = if (rebuild) None else CompactIndex.read(fileManager, CompactIndex.pathOf(file))
+    onDisk.filter(_.matches(status)).getOrElse {
+      val b = new CompactIndex.Builder
+      var offset = LogFormat.Header.length.toLong
+      foreachLineIn(compactId) { (line, lineNo) =>
+        b.line(batchOfLine(line, compactId, file.toString, lineNo), offset)
+        offset += 1 + line.getBytes(UTF_8).length
+      }
+      val index = b.result(offset, status)
+      try CompactIndex.write(fileManager, CompactIndex.pathOf(file), index)
+      catch { case NonFatal(e) => logWarning(s"Could not write the index of $file", e) }
+      index
+    }
+  }
+
+  private def batchOfLine(
+      line: String,
+      logBatchId: Long,
+      file: String,
+      lineNo: Long
+  ): Option[Long] =
+    LogFormat.taggedBatch(line).orElse {
+      val e = decodeLine(line, file, lineNo)
+      LogFormat.resolveBatch(e, logBatchId, isCompactionBatch(logBatchId, compactInterval))
+    }
+
+  /**
+   * Calls `fn` for every live entry whose batch (`None`: untagged) satisfies `wanted`, reading only
+   * those entries: per-batch files are skipped by name and compact files are read through their
+   * [[CompactIndex]], one seek per run.
+   */
+  def foreachLiveEntryWhere(wanted: Option[Long] => Boolean)(fn: SinkLogEntry => Unit): Unit = {
+    val now = System.currentTimeMillis()
+    val live = (e: SinkLogEntry) => if (shouldRetain(e, now)) fn(e)
+    liveLogBatchIds().foreach { id =>
+      if (!isCompactionBatch(id, compactInterval)) {
+        if (wanted(Some(id))) foreachEntryIn(id)(live)
+      } else {
+        // Each run is checked as it is read (batch and count); a mismatch means the index is
+        // stale: it is rebuilt, and only the runs not yet passed on are read from the new one.
+        val done = mutable.HashSet.empty[(Option[Long], Long)]
+        def readAll(index: CompactIndex): Boolean =
+          index.runs.filter(r => wanted(r.batchId) && !done((r.batchId, r.offset))).forall { run =>
+            readRun(id, run) match {
+              case Some(entries) => entries.foreach(live); done += ((run.batchId, run.offset)); true
+              case None => false
+            }
+          }
+        if (!readAll(indexOf(id)) && !readAll(indexOf(id, rebuild = true))) {
+          throw BatchLogException.corruptLine(
+            batchIdToPath(id).toString,
+            -1,
+            "it changed while it was read"
+          )
+        }
+      }
+    }
+  }
+
+  /** One live entry (the oldest), read without scanning the log; None if the log is empty. */
+  def firstLiveEntry(): Option[SinkLogEntry] =
+    liveLogBatchIds().iterator.flatMap { id =>
+      if (isCompactionBatch(id, compactInterval)) {
+        indexOf(id).runs.headOption.flatMap(readRun(id, _)).flatMap(_.headOption)
+      } else {
+        val buf = mutable.ArrayBuffer.empty[SinkLogEntry]
+        foreachEntryIn(id)(buf += _)
+        buf.headOption
+      }
+    }.nextOption()
+
+  /** The entries of one run, or None if they do not match it (stale index). */
+  private def readRun(compactId: Long, run: IndexRun): Option[Seq[SinkLogEntry]] = {
+    val file = batchIdToPath(compactId)
+    val in = LogFiles.open(fileManager, file, s"the log needs it to read batch $compactId")
+    try {
+      in.seek(run.offset)
+      val r = new BufferedReader(
+        new InputStreamReader(new CompactIndex.BoundedStream(in, run.length), UTF_8),
+        1 << 16
+      )
+      if (r.read() != '\n') return None
+      val out = Seq.newBuilder[SinkLogEntry]
+      var n = 0L
+      var line = r.readLine()
+      while (line != null) {
+        val e = decodeLine(line, file.toString, -1)
+        val b = e.batchId.orElse(LogFormat.resolveBatch(e, compactId, inCompact = true))
+        if (b != run.batchId) return None
+        out += e.copy(batchId = b)
+        n += 1
+        line = r.readLine()
+      }
+      if (n == run.count) Some(out.result()) else None
+    } catch {
+      case _: java.io.EOFException => None
+    } finally in.close()
   }
 
   /** The log files that together hold every live entry: the latest compact file and the rest. */

@@ -11,7 +11,7 @@ import java.io.{
 }
 import java.nio.charset.StandardCharsets.UTF_8
 
-import org.apache.hadoop.fs.Path
+import org.apache.hadoop.fs.{FSDataInputStream, Path}
 
 import org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager
 
@@ -35,7 +35,7 @@ object LogFiles {
   }
 
   /** Opens `file`; a missing file is a [[BatchLogException]] that says `why` it is needed. */
-  def open(fm: CheckpointFileManager, file: Path, why: => String): InputStream =
+  def open(fm: CheckpointFileManager, file: Path, why: => String): FSDataInputStream =
     try fm.open(file)
     catch {
       case _: FileNotFoundException => throw BatchLogException.missingLogFile(file.toString, why)

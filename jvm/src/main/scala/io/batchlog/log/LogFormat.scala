@@ -111,15 +111,23 @@ object LogFormat {
     SinkLogEntry(path, size, isDir, modificationTime, blockReplication, blockSize, action, batchId)
   }
 
-  /** True if a line written by [[encode]] (or a compatible writer) already carries `batchId`. */
-  def isTagged(line: String): Boolean = {
-    val i = line.lastIndexOf(TagMarker)
-    i > 0 && line.endsWith("}") && {
-      var j = i + TagMarker.length
-      val end = line.length - 1
-      j < end && { while (j < end && Character.isDigit(line.charAt(j))) j += 1; j == end }
+  /**
+   * The `batchId` of a line that ends with it (as [[encode]] writes it), read from the line's tail
+   * without parsing the rest; None for an untagged line.
+   */
+  def taggedBatch(line: String): Option[Long] = {
+    val end = line.length - 1
+    if (end < 0 || line.charAt(end) != '}') return None
+    var j = end - 1
+    var id = 0L
+    var mul = 1L
+    while (j >= 0 && Character.isDigit(line.charAt(j)) && end - j <= 18) {
+      id += (line.charAt(j) - '0') * mul; mul *= 10; j -= 1
     }
+    if (j == end - 1 || !line.startsWith(TagMarker, j - TagMarker.length + 1)) None else Some(id)
   }
+
+  def isTagged(line: String): Boolean = taggedBatch(line).isDefined
 
   /**
    * Adds `"batchId":id` to an untagged line without re-serialising it: every Spark-written line is

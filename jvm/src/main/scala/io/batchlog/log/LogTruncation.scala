@@ -107,6 +107,10 @@ object LogTruncation {
         }
       }
     }
-    t.delete.foreach(id => fm.delete(new Path(t.dir, t.fileName(id))))
+    t.delete.foreach { id =>
+      val file = new Path(t.dir, t.fileName(id))
+      fm.delete(file)
+      if (isCompactionBatch(id, t.interval)) fm.delete(CompactIndex.pathOf(file))
+    }
   }
 }

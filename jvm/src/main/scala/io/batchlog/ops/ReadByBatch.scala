@@ -32,15 +32,15 @@ object ReadByBatch {
     val api = new SinkLogApi(spark, sinkPath)
     val sink = api.metadataPath.getParent.toString
     val inRange = (b: Long) => from.forall(b >= _) && to.forall(b <= _)
+    val unrestricted = from.isEmpty && to.isEmpty
     val paths = mutable.ArrayBuffer.empty[String]
     var untagged = 0L
-    api.log.foreachLiveEntry { e =>
-      e.batchId match {
-        case Some(b) => if (inRange(b)) paths += e.path
-        case None => untagged += 1; if (from.isEmpty && to.isEmpty) paths += e.path
-      }
+    // Only the entries of the range are read (through the compact file's index).
+    api.log.foreachLiveEntryWhere(_.forall(inRange)) { e =>
+      if (e.batchId.isEmpty) untagged += 1
+      if (e.batchId.isDefined || unrestricted) paths += e.path
     }
-    if (untagged > 0 && (from.isDefined || to.isDefined)) {
+    if (untagged > 0 && !unrestricted) {
       throw BatchLogException.invalidArgument(
         "batch range",
         s"[${from.getOrElse("")}, ${to.getOrElse("")}]",
@@ -48,8 +48,19 @@ object ReadByBatch {
           s"`python -m batchlog adopt $sink` to tag what can be proven"
       )
     }
-    val schema = spark.read.format(format).load(sink).schema
-    if (paths.isEmpty) spark.createDataFrame(java.util.Collections.emptyList[Row](), schema)
-    else spark.read.format(format).schema(schema).option("basePath", sink).load(paths.toSeq: _*)
+    // The schema comes from the files read (or, for an empty range, one live file), not from
+    // loading the whole log: a driver with a small heap can read a range of a huge sink.
+    val reader = spark.read.format(format).option("basePath", sink)
+    if (paths.nonEmpty) reader.load(paths.toSeq: _*)
+    else {
+      val sample = api.log.firstLiveEntry().getOrElse(
+        throw BatchLogException.invalidArgument(
+          "path",
+          sink,
+          "the sink has no files to read a schema from"
+        )
+      )
+      spark.createDataFrame(java.util.Collections.emptyList[Row](), reader.load(sample.path).schema)
+    }
   }
 }

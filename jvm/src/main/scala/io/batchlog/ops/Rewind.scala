@@ -126,16 +126,15 @@ object Rewind {
     val dataFiles = mutable.ArrayBuffer.empty[DataFileToDelete]
     val logged = mutable.HashSet.empty[String]
     var sinkHorizon = 0L
-    log.liveLogBatchIds().foreach { id =>
-      log.foreachEntryIn(id) { e =>
-        e.batchId match {
-          case Some(b) if b >= toBatch =>
-            val p = SparkPath.fromUrlString(e.path).toPath
-            dataFiles += DataFileToDelete(p, e.size, b, logged = true)
-            logged += p.toUri.getPath
-          case Some(_) =>
-          case None => sinkHorizon = math.max(sinkHorizon, id + 1) // untagged: batch <= id
-        }
+    // Untagged entries can only sit in the latest compact file: their batch is <= its id.
+    val latestCompact = log.liveLogBatchIds().headOption.filter(log.isCompactFile)
+    log.foreachLiveEntryWhere(_.forall(_ >= toBatch)) { e =>
+      e.batchId match {
+        case Some(b) =>
+          val p = SparkPath.fromUrlString(e.path).toPath
+          dataFiles += DataFileToDelete(p, e.size, b, logged = true)
+          logged += p.toUri.getPath
+        case None => sinkHorizon = math.max(sinkHorizon, latestCompact.getOrElse(-1L) + 1)
       }
     }
     OutputFiles.foreachDataFile(sink.getFileSystem(hadoopConf), sink) { f =>
