@@ -63,6 +63,16 @@ lazy val batchlog = (project in file("jvm"))
     }
   )
 
+/** Side-by-side benchmarks of Spark's sink log and batchlog's (bench/run). Not packaged. */
+lazy val bench = (project in file("bench"))
+  .dependsOn(batchlog)
+  .settings(
+    name := "batchlog-bench",
+    publish / skip := true,
+    Compile / unmanagedJars ++= (batchlog / Compile / unmanagedJars).value,
+    scalacOptions ++= Seq("-deprecation", "-feature", "-release:17")
+  )
+
 lazy val root = (project in file("."))
-  .aggregate(batchlog)
+  .aggregate(batchlog, bench)
   .settings(publish / skip := true)

@@ -137,16 +137,27 @@ class BatchTaggedFileStreamSinkLog(
         }
       getValidBatchesBeforeCompactionBatch(batchId, compactInterval).foreach { id =>
         val inCompact = isCompactionBatch(id, compactInterval)
-        val file = batchIdToPath(id).toString
-        foreachLineIn(id) { (line, lineNo) =>
-          val tagged = LogFormat.taggedBatch(line)
-          if (tagged.isDefined && !ageRetentionActive) emit(line, tagged)
-          else {
-            val e = decodeLine(line, file, lineNo)
-            val b = tagged.orElse(LogFormat.resolveBatch(e, id, inCompact))
-            if (!shouldRetain(e, now)) index.drop(b)
-            else emit(if (tagged.isDefined) line else LogFormat.encode(e.copy(batchId = b)), b)
-          }
+        val copyable = if (inCompact && !ageRetentionActive)
+          Some(indexOf(id)).filter(_.runs.forall(_.batchId.isDefined))
+        else None
+        copyable match {
+          case Some(prev) =>
+            // The previous compact file is all tagged: copy its runs as bytes, dropping whole
+            // runs of batches below the retention, and shift their offsets into the new index.
+            w.flush(); run = None
+            copyRuns(id, prev, counted, index, minBatch)
+          case None =>
+            val file = batchIdToPath(id).toString
+            foreachLineIn(id) { (line, lineNo) =>
+              val tagged = LogFormat.taggedBatch(line)
+              if (tagged.isDefined && !ageRetentionActive) emit(line, tagged)
+              else {
+                val e = decodeLine(line, file, lineNo)
+                val b = tagged.orElse(LogFormat.resolveBatch(e, id, inCompact))
+                if (!shouldRetain(e, now)) index.drop(b)
+                else emit(if (tagged.isDefined) line else LogFormat.encode(e.copy(batchId = b)), b)
+              }
+            }
         }
       }
       newEntries.foreach { e =>
@@ -174,6 +185,40 @@ class BatchTaggedFileStreamSinkLog(
       logWarning(s"Compacting took $ms ms for compact batch $batchId")
     }
     added
+  }
+
+  /** Copies the runs of compact file `compactId` (as bytes) that retention keeps. */
+  private def copyRuns(
+      compactId: Long,
+      prev: CompactIndex,
+      out: CompactIndex.CountingStream,
+      index: CompactIndex.Builder,
+      minBatch: Long
+  ): Unit = {
+    val in = LogFiles.open(fileManager, batchIdToPath(compactId), s"compaction needs it")
+    val buf = new Array[Byte](1 << 20)
+    try {
+      prev.runs.foreach { run =>
+        if (run.batchId.exists(_ < minBatch)) index.dropRun(run)
+        else {
+          if (in.getPos != run.offset) in.seek(run.offset)
+          index.run(run, out.count)
+          var left = run.length
+          while (left > 0) {
+            val n = in.read(buf, 0, math.min(left, buf.length.toLong).toInt)
+            if (n < 0) {
+              throw BatchLogException.corruptLine(
+                batchIdToPath(compactId).toString,
+                -1,
+                "it is shorter than its index says"
+              )
+            }
+            out.write(buf, 0, n)
+            left -= n
+          }
+        }
+      }
+    } finally in.close()
   }
 
   /**

@@ -104,6 +104,18 @@ object CompactIndex {
       count += 1
     }
 
+    /** A whole run copied from another compact file, now starting at byte `offset`. */
+    def run(r: IndexRun, offset: Long): Unit = {
+      if (count > 0) { runs += IndexRun(cur, start, offset - start, count); count = 0 }
+      runs += r.copy(offset = offset)
+    }
+
+    /** A whole run dropped by retention. */
+    def dropRun(r: IndexRun): Unit = {
+      dropped += r.count
+      r.batchId.foreach(b => droppedMaxBatch = math.max(droppedMaxBatch, b))
+    }
+
     def drop(batch: Option[Long]): Unit = {
       dropped += 1
       batch.foreach(b => droppedMaxBatch = math.max(droppedMaxBatch, b))
