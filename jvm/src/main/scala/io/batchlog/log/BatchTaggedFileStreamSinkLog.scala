@@ -85,6 +85,20 @@ class BatchTaggedFileStreamSinkLog(
     w.flush()
   }
 
+  /**
+   * Spark's `get` (also behind `getLatest`/`getRange`), reading through [[foreachLineIn]] so that
+   * an error names the log file: `deserialize` only sees a stream. Missing file: `None`, as Spark.
+   */
+  override def get(batchId: Long): Option[Array[SinkLogEntry]] = {
+    val file = batchIdToPath(batchId)
+    if (!fileManager.exists(file)) None
+    else {
+      val buf = mutable.ArrayBuffer.empty[SinkLogEntry]
+      foreachLineIn(batchId)((line, lineNo) => buf += decodeLine(line, file.toString, lineNo))
+      Some(buf.toArray)
+    }
+  }
+
   override def deserialize(in: InputStream): Array[SinkLogEntry] = {
     val buf = mutable.ArrayBuffer.empty[SinkLogEntry]
     readLines(in, metadataPath.toString) { (line, lineNo) =>
@@ -108,7 +122,11 @@ class BatchTaggedFileStreamSinkLog(
 
   /**
    * Writes `N.compact`: the live lines of the previous compact file and the batch files since, then
-   * `newEntries`, in batch order. Lines already tagged are copied as text.
+   * `newEntries`, in batch order. Tagged lines of the previous compact file are copied as text: a
+   * compact file is only written here, from lines this method validated. Lines of batch files (at
+   * most `compactInterval - 1` files) are parsed first, as Spark's compaction does, so a corrupt
+   * entry fails the compaction, naming its file and line, instead of being copied into the compact
+   * file and outliving its batch file.
    */
   private def compact(batchId: Long, newEntries: Array[SinkLogEntry]): Boolean = {
     val startNs = System.nanoTime()
@@ -120,7 +138,7 @@ class BatchTaggedFileStreamSinkLog(
         val inCompact = isCompactionBatch(id, compactInterval)
         val file = batchIdToPath(id).toString
         foreachLineIn(id) { (line, lineNo) =>
-          if (!retentionActive && LogFormat.isTagged(line)) {
+          if (inCompact && !retentionActive && LogFormat.isTagged(line)) {
             w.write('\n'); w.write(line)
           } else {
             val e = decodeLine(line, file, lineNo)
