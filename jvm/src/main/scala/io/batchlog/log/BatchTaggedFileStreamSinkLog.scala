@@ -226,20 +226,44 @@ class BatchTaggedFileStreamSinkLog(
 
   /**
    * Calls `fn` for every live entry (what `allFiles()` returns), streaming: memory does not grow
-   * with the number of entries. If a concurrent compaction deletes a file being read, it starts
-   * over from the newer compaction, as Spark's `allFiles()` does.
+   * with the number of entries. If a concurrent compaction deletes a log file before the first
+   * entry reached `fn`, it starts over from the newer compaction, as Spark's `allFiles()` does;
+   * once entries have been passed on it cannot start over without repeating them, so it fails with
+   * [[BatchLogException]] `MISSING_LOG_FILE` (use [[allFiles]], which always starts over).
    */
   def foreachLiveEntry(fn: SinkLogEntry => Unit): Unit = {
-    val now = System.currentTimeMillis()
-    liveLogBatchIds().foreach { id =>
-      foreachEntryIn(id) { e => if (shouldRetain(e, now)) fn(e) }
-    }
+    var delivered = false
+    readLive(() => !delivered) { e => delivered = true; fn(e) }
   }
 
   override def allFiles(): Array[SinkLogEntry] = {
     val buf = mutable.ArrayBuffer.empty[SinkLogEntry]
-    foreachLiveEntry(buf += _)
+    readLive { () => buf.clear(); true }(buf += _)
     buf.toArray
+  }
+
+  /**
+   * Reads the live entries from the latest batch; if a log file is gone (deleted by a concurrent
+   * compaction's cleanup) and `canRestart()`, retries from the new latest batch provided a newer
+   * compaction exists, exactly as Spark's `CompactibleFileStreamLog.allFiles()`.
+   */
+  private def readLive(canRestart: () => Boolean)(fn: SinkLogEntry => Unit): Unit = {
+    var latest = getLatestBatchId().getOrElse(-1L)
+    var done = false
+    while (!done && latest >= 0) {
+      val now = System.currentTimeMillis()
+      try {
+        getAllValidBatches(latest, compactInterval).foreach { id =>
+          foreachEntryIn(id) { e => if (shouldRetain(e, now)) fn(e) }
+        }
+        done = true
+      } catch {
+        case e: BatchLogException if e.code == BatchLogException.MissingLogFile =>
+          val expectedMinLatest = nextCompactionBatchId(latest, compactInterval)
+          latest = getLatestBatchId().getOrElse(-1L)
+          if (latest < expectedMinLatest || !canRestart()) throw e
+      }
+    }
   }
 
   private def decodeLine(line: String, file: String, lineNo: Long): SinkLogEntry =
