@@ -89,6 +89,20 @@ class BatchTaggedFileStreamSinkLog(
     w.flush()
   }
 
+  /**
+   * Spark's `get` (also behind `getLatest`/`getRange`), reading through [[foreachLineIn]] so that
+   * an error names the log file: `deserialize` only sees a stream. Missing file: `None`, as Spark.
+   */
+  override def get(batchId: Long): Option[Array[SinkLogEntry]] = {
+    val file = batchIdToPath(batchId)
+    if (!fileManager.exists(file)) None
+    else {
+      val buf = mutable.ArrayBuffer.empty[SinkLogEntry]
+      foreachLineIn(batchId)((line, lineNo) => buf += decodeLine(line, file.toString, lineNo))
+      Some(buf.toArray)
+    }
+  }
+
   override def deserialize(in: InputStream): Array[SinkLogEntry] = {
     val buf = mutable.ArrayBuffer.empty[SinkLogEntry]
     LogFiles.readLines(in, metadataPath.toString) { (line, lineNo) =>
@@ -149,11 +163,14 @@ class BatchTaggedFileStreamSinkLog(
           case None =>
             val file = batchIdToPath(id).toString
             foreachLineIn(id) { (line, lineNo) =>
+              // Lines of batch files (at most compactInterval - 1 files) are parsed, as Spark's
+              // compaction does: a corrupt entry fails here, naming its file and line, instead
+              // of outliving its batch file inside the compact file.
               val tagged = LogFormat.taggedBatch(line)
-              if (tagged.isDefined && !ageRetentionActive) emit(line, tagged)
+              if (inCompact && tagged.isDefined && !ageRetentionActive) emit(line, tagged)
               else {
                 val e = decodeLine(line, file, lineNo)
-                val b = tagged.orElse(LogFormat.resolveBatch(e, id, inCompact))
+                val b = e.batchId.orElse(LogFormat.resolveBatch(e, id, inCompact))
                 if (!shouldRetain(e, now)) index.drop(b)
                 else emit(if (tagged.isDefined) line else LogFormat.encode(e.copy(batchId = b)), b)
               }
@@ -398,20 +415,44 @@ class BatchTaggedFileStreamSinkLog(
 
   /**
    * Calls `fn` for every live entry (what `allFiles()` returns), streaming: memory does not grow
-   * with the number of entries. If a concurrent compaction deletes a file being read, it starts
-   * over from the newer compaction, as Spark's `allFiles()` does.
+   * with the number of entries. If a concurrent compaction deletes a log file before the first
+   * entry reached `fn`, it starts over from the newer compaction, as Spark's `allFiles()` does;
+   * once entries have been passed on it cannot start over without repeating them, so it fails with
+   * [[BatchLogException]] `MISSING_LOG_FILE` (use [[allFiles]], which always starts over).
    */
   def foreachLiveEntry(fn: SinkLogEntry => Unit): Unit = {
-    val now = System.currentTimeMillis()
-    liveLogBatchIds().foreach { id =>
-      foreachEntryIn(id) { e => if (shouldRetain(e, now)) fn(e) }
-    }
+    var delivered = false
+    readLive(() => !delivered) { e => delivered = true; fn(e) }
   }
 
   override def allFiles(): Array[SinkLogEntry] = {
     val buf = mutable.ArrayBuffer.empty[SinkLogEntry]
-    foreachLiveEntry(buf += _)
+    readLive { () => buf.clear(); true }(buf += _)
     buf.toArray
+  }
+
+  /**
+   * Reads the live entries from the latest batch; if a log file is gone (deleted by a concurrent
+   * compaction's cleanup) and `canRestart()`, retries from the new latest batch provided a newer
+   * compaction exists, exactly as Spark's `CompactibleFileStreamLog.allFiles()`.
+   */
+  private def readLive(canRestart: () => Boolean)(fn: SinkLogEntry => Unit): Unit = {
+    var latest = getLatestBatchId().getOrElse(-1L)
+    var done = false
+    while (!done && latest >= 0) {
+      val now = System.currentTimeMillis()
+      try {
+        getAllValidBatches(latest, compactInterval).foreach { id =>
+          foreachEntryIn(id) { e => if (shouldRetain(e, now)) fn(e) }
+        }
+        done = true
+      } catch {
+        case e: BatchLogException if e.code == BatchLogException.MissingLogFile =>
+          val expectedMinLatest = nextCompactionBatchId(latest, compactInterval)
+          latest = getLatestBatchId().getOrElse(-1L)
+          if (latest < expectedMinLatest || !canRestart()) throw e
+      }
+    }
   }
 
   private def decodeLine(line: String, file: String, lineNo: Long): SinkLogEntry =

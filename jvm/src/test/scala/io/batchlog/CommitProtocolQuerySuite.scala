@@ -1,0 +1,292 @@
+package io.batchlog
+
+import java.io.File
+import java.net.URI
+import java.nio.charset.StandardCharsets.UTF_8
+import java.nio.file.Files
+import java.util.concurrent.atomic.AtomicInteger
+
+import scala.jdk.CollectionConverters._
+
+import com.fasterxml.jackson.databind.ObjectMapper
+
+import org.apache.hadoop.fs.Path
+
+import org.apache.spark.TaskContext
+import org.apache.spark.sql.Encoders
+import org.apache.spark.sql.expressions.UserDefinedFunction
+import org.apache.spark.sql.execution.streaming.runtime.MemoryStream
+import org.apache.spark.sql.functions.{col, udf}
+import org.apache.spark.sql.streaming.{StreamingQuery, StreamingQueryException}
+
+/**
+ * Makes a task fail on a chosen row, from inside a query (tasks run in this JVM with `local`).
+ * Top-level so the UDF's closure does not capture a suite.
+ */
+object FailureInjection {
+  @volatile var failOn: Long = Long.MinValue
+  @volatile var firstAttemptOnly: Boolean = true
+  val failures = new AtomicInteger(0)
+
+  def reset(): Unit = { failOn = Long.MinValue; firstAttemptOnly = true; failures.set(0) }
+
+  val maybeFail: UserDefinedFunction = udf { (id: Long) =>
+    if (id == failOn && (!firstAttemptOnly || TaskContext.get().attemptNumber() == 0)) {
+      failures.incrementAndGet()
+      throw new IllegalStateException(s"injected failure on row $id")
+    }
+    id
+  }.asNondeterministic()
+}
+
+/**
+ * Real streaming queries, `MemoryStream` to a file sink, committed by
+ * [[BatchTaggedCommitProtocol]]. The master allows 3 attempts per task so that a failed task is
+ * retried.
+ */
+class CommitProtocolQuerySuite extends SparkSessionTestBase {
+  import BatchLogConf._
+
+  override protected def master: String = "local[2,3]"
+  override protected def sparkConf: Map[String, String] =
+    Map(CommitProtocolKey -> CommitProtocolClass)
+
+  private val mapper = new ObjectMapper()
+  private val NamePattern = ("^part-[0-9]{5}-batch-([0-9]+)-" +
+    "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}([-.].*)?$").r
+
+  override protected def afterAll(): Unit = {
+    FailureInjection.reset()
+    super.afterAll()
+  }
+
+  /** One streaming sink under test: its input, output and checkpoint. */
+  private case class Sink(root: File, fmt: String, partitioned: Boolean, interval: Int) {
+    val out = new File(root, "out")
+    val checkpoint = new File(root, "checkpoint")
+    val meta = new File(out, "_spark_metadata")
+    val input: MemoryStream[Int] = MemoryStream[Int](spark, 2)(Encoders.scalaInt)
+
+    def start(): StreamingQuery = withSQLConf(CompactIntervalKey -> interval.toString) {
+      val df = input.toDF().select(
+        FailureInjection.maybeFail(col("value").cast("long")).as("id"),
+        (col("value") % 3).as("p")
+      )
+      val w = df.writeStream.format(fmt).option("checkpointLocation", checkpoint.toString)
+      (if (partitioned) w.partitionBy("p") else w).start(out.toString)
+    }
+  }
+
+  private def rowsOf(batch: Int): Seq[Int] = (0 until 7).map(batch * 100 + _)
+
+  private def runBatch(sink: Sink, q: StreamingQuery, batch: Int): Unit = {
+    sink.input.addData(rowsOf(batch): _*)
+    q.processAllAvailable()
+  }
+
+  private def readLines(f: File): Seq[String] = Files.readAllLines(f.toPath, UTF_8).asScala.toSeq
+
+  private def logFileNames(meta: File): Set[String] =
+    meta.listFiles().map(_.getName).filterNot(n => n.startsWith(".") || n.endsWith(".crc")).toSet
+
+  /** Data files on disk under `out` (not metadata, checksums or markers), as local paths. */
+  private def dataFiles(out: File): Set[String] = {
+    def walk(f: File): Seq[File] =
+      if (f.isDirectory) f.listFiles().toSeq.filterNot(_.getName == "_spark_metadata").flatMap(walk)
+      else Seq(f)
+    walk(out).filterNot(f => f.getName.startsWith(".") || f.getName.startsWith("_"))
+      .map(_.getCanonicalPath).toSet
+  }
+
+  private def localPath(logged: String): String = new Path(new URI(logged)).toUri.getPath
+
+  /** (path, batchId) of every entry line of a log file, checking the line's shape. */
+  private def entriesIn(f: File): Seq[(String, Long)] = {
+    val lines = readLines(f)
+    assert(lines.head === "v1", f.toString)
+    lines.tail.map { l =>
+      val node = mapper.readTree(l)
+      assert(
+        node.fieldNames().asScala.toSeq === Seq(
+          "path",
+          "size",
+          "isDir",
+          "modificationTime",
+          "blockReplication",
+          "blockSize",
+          "action",
+          "batchId"
+        ),
+        s"$f: $l"
+      )
+      (node.get("path").asText, node.get("batchId").asLong)
+    }
+  }
+
+  private def readIds(fmt: String, paths: Seq[String]): Seq[Long] =
+    if (paths.isEmpty) Nil
+    else spark.read.format(fmt).schema("id LONG").load(paths: _*).collect().map(_.getLong(0))
+      .toSeq.sorted
+
+  /**
+   * Checks the sink after batches `0..last`: log layout, every line tagged with the right batch,
+   * data file names, files on disk == files logged, each batch's files hold exactly its rows, and
+   * Spark's own read of the output returns every row exactly once.
+   */
+  private def checkSink(s: Sink, last: Int): Unit = {
+    val ids = 0 to last
+    assert(logFileNames(s.meta) ===
+      ids.map(b => if ((b + 1) % s.interval == 0) s"$b.compact" else b.toString).toSet)
+    val perBatch: Map[Long, Seq[String]] = ids.map { b =>
+      val compact = (b + 1) % s.interval == 0
+      val entries = entriesIn(new File(s.meta, if (compact) s"$b.compact" else b.toString))
+      val own = entries.filter(_._2 == b.toLong)
+      if (!compact) assert(own === entries, s"batch file $b holds only batch $b")
+      b.toLong -> own.map(_._1)
+    }.toMap
+    // a compact file holds exactly the entries of every batch up to it, each once
+    ids.filter(b => (b + 1) % s.interval == 0).foreach { b =>
+      val entries = entriesIn(new File(s.meta, s"$b.compact"))
+      assert(entries.size === entries.toSet.size)
+      assert(entries.toSet === (0 to b).flatMap(x => perBatch(x.toLong).map((_, x.toLong))).toSet)
+    }
+    val logged = perBatch.toSeq.flatMap { case (b, ps) => ps.map(p => localPath(p) -> b) }
+    assert(logged.size === logged.map(_._1).toSet.size, "no file logged twice")
+    assert(logged.map(_._1).toSet === dataFiles(s.out), "files on disk == files logged")
+    logged.foreach { case (p, b) =>
+      val name = new File(p).getName
+      val m = NamePattern.findFirstMatchIn(name)
+      assert(m.map(_.group(1).toLong) === Some(b), s"$name is logged for batch $b")
+      assert(name.endsWith(if (s.fmt == "json") ".json" else ".parquet"), name)
+      if (s.partitioned) assert(new File(p).getParentFile.getName.startsWith("p="), p)
+    }
+    ids.foreach { b =>
+      assert(readIds(s.fmt, perBatch(b.toLong)) === rowsOf(b).map(_.toLong), s"rows of batch $b")
+    }
+    val all = spark.read.format(s.fmt).load(s.out.toString)
+    assert(all.select("id").collect().map(_.getLong(0)).toSeq.sorted ===
+      ids.flatMap(rowsOf).map(_.toLong))
+    if (s.partitioned) {
+      assert(all.where("p = 1").count() === ids.flatMap(rowsOf).count(_ % 3 == 1))
+    }
+  }
+
+  /** Every file under `dir` with its bytes, to prove a restart changed nothing. */
+  private def snapshot(dir: File): Map[String, Seq[Byte]] = {
+    def walk(f: File): Seq[File] = if (f.isDirectory) f.listFiles().toSeq.flatMap(walk) else Seq(f)
+    walk(dir).map(f => f.getCanonicalPath -> Files.readAllBytes(f.toPath).toSeq).toMap
+  }
+
+  for (
+    (fmt, partitioned, interval) <-
+      Seq(("json", false, 3), ("parquet", true, 2), ("json", true, 2), ("parquet", false, 3))
+  ) {
+    val label = s"$fmt, ${if (partitioned) "partitioned" else "not partitioned"}, " +
+      s"compactInterval $interval"
+
+    test(
+      s"batches are tagged in file names and log lines; a re-run batch writes nothing ($label)"
+    ) {
+      withTempDir { root =>
+        FailureInjection.reset()
+        val s = Sink(root, fmt, partitioned, interval)
+        val q = s.start()
+        try (0 to 5).foreach(runBatch(s, q, _))
+        finally q.stop()
+        checkSink(s, 5)
+
+        // forget that batch 5 was committed: the restarted query re-runs it, the sink skips it
+        val commit = new File(s.checkpoint, "commits/5")
+        assert(commit.delete())
+        new File(s.checkpoint, "commits/.5.crc").delete()
+        val before = snapshot(s.out)
+        val q2 = s.start()
+        try {
+          q2.processAllAvailable()
+          assert(commit.exists(), "batch 5 was re-run and committed")
+          assert(snapshot(s.out) === before, "the re-run of batch 5 wrote nothing")
+          checkSink(s, 5)
+          runBatch(s, q2, 6)
+        } finally q2.stop()
+        checkSink(s, 6)
+      }
+    }
+  }
+
+  test("a task that fails once is retried: no file of the failed attempt is logged or left") {
+    withTempDir { root =>
+      FailureInjection.reset()
+      val s = Sink(root, "json", partitioned = false, interval = 2)
+      val q = s.start()
+      try {
+        runBatch(s, q, 0)
+        FailureInjection.failOn = rowsOf(1)(5).toLong
+        runBatch(s, q, 1)
+        assert(FailureInjection.failures.get === 1)
+        FailureInjection.reset()
+        runBatch(s, q, 2)
+      } finally q.stop()
+      checkSink(s, 2)
+    }
+  }
+
+  test("a batch whose job fails is not logged; after a restart its rows are written once") {
+    withTempDir { root =>
+      FailureInjection.reset()
+      val s = Sink(root, "parquet", partitioned = false, interval = 3)
+      val q = s.start()
+      try {
+        (0 to 2).foreach(runBatch(s, q, _))
+        FailureInjection.failOn = rowsOf(3)(2).toLong
+        FailureInjection.firstAttemptOnly = false
+        s.input.addData(rowsOf(3): _*)
+        val e = intercept[StreamingQueryException](q.processAllAvailable())
+        assert(e.getMessage.contains("injected failure on row 302"), e.getMessage)
+      } finally q.stop()
+      assert(FailureInjection.failures.get === 3, "3 attempts of the failing task")
+      assert(!new File(s.meta, "3").exists(), "no log file for the failed batch")
+      assert(!new File(s.checkpoint, "commits/3").exists())
+      assert(new File(s.checkpoint, "offsets/3").exists())
+      assert(
+        dataFiles(s.out).forall(p => !new File(p).getName.contains("-batch-3-")),
+        "the failed job's files were removed"
+      )
+      checkSink(s, 2)
+
+      FailureInjection.reset()
+      val q2 = s.start()
+      try {
+        q2.processAllAvailable()
+        checkSink(s, 3)
+        runBatch(s, q2, 4)
+      } finally q2.stop()
+      checkSink(s, 4)
+      assert(FailureInjection.failures.get === 0)
+    }
+  }
+
+  test("a batch already in the log fails the commit instead of being logged twice") {
+    withTempDir { root =>
+      FailureInjection.reset()
+      val s = Sink(root, "json", partitioned = false, interval = 3)
+      val q = s.start()
+      try runBatch(s, q, 0)
+      finally q.stop()
+      val p = new BatchTaggedCommitProtocol("1", s.out.toString)
+      val sinkLog = new org.apache.spark.sql.execution.streaming.sinks.FileStreamSinkLog(
+        1,
+        spark,
+        s.meta.toString,
+        None
+      )
+      p.setupManifestOptions(sinkLog, 0L)
+      val job = org.apache.hadoop.mapreduce.Job.getInstance(spark.sparkContext.hadoopConfiguration)
+      p.setupJob(job)
+      val e = intercept[BatchLogException](p.commitJob(job, Seq.empty))
+      assert(e.code === BatchLogException.RaceCommittingBatch)
+      assert(e.getMessage.contains("Batch 0"))
+      assert(logFileNames(s.meta) === Set("0"))
+      checkSink(s, 0)
+    }
+  }
+}

@@ -1,0 +1,87 @@
+package io.batchlog
+
+import java.io.File
+import java.nio.file.Files
+
+import scala.collection.mutable
+
+import org.scalatest.BeforeAndAfterAll
+import org.scalatest.funsuite.AnyFunSuite
+
+import org.apache.spark.sql.SparkSession
+
+/**
+ * One local `SparkSession` per suite (graphframes style): created in `beforeAll`, stopped in
+ * `afterAll`. Suites run one after another in one forked JVM, so each suite owns the session while
+ * it runs.
+ */
+trait SparkSessionTestBase extends AnyFunSuite with BeforeAndAfterAll {
+
+  /** The master URL; a suite that needs task retries overrides it (e.g. `local[2,3]`). */
+  protected def master: String = "local[2]"
+
+  /** Extra session settings for the whole suite. */
+  protected def sparkConf: Map[String, String] = Map.empty
+
+  @transient private var _spark: SparkSession = _
+  private val tempDirs = mutable.ArrayBuffer.empty[File]
+
+  protected def spark: SparkSession = _spark
+
+  override protected def beforeAll(): Unit = {
+    super.beforeAll()
+    val builder = SparkSession
+      .builder()
+      .master(master)
+      .appName(getClass.getSimpleName)
+      .config("spark.ui.enabled", "false")
+      .config("spark.sql.shuffle.partitions", "2")
+      .config("spark.sql.streaming.stopTimeout", "10s")
+    sparkConf.foreach { case (k, v) => builder.config(k, v) }
+    _spark = builder.getOrCreate()
+  }
+
+  override protected def afterAll(): Unit = {
+    try {
+      if (_spark != null) {
+        _spark.streams.active.foreach(_.stop())
+        _spark.stop()
+        _spark = null
+      }
+      SparkSession.clearActiveSession()
+      SparkSession.clearDefaultSession()
+      tempDirs.foreach(deleteRecursively)
+    } finally super.afterAll()
+  }
+
+  /** A fresh temporary directory, deleted recursively at the end of the suite. */
+  protected def createTempDir(prefix: String = "batchlog"): File = {
+    val dir = Files.createTempDirectory(prefix).toFile.getCanonicalFile
+    tempDirs += dir
+    dir
+  }
+
+  /** Runs `f` with a fresh temporary directory and deletes it recursively afterwards. */
+  protected def withTempDir[A](f: File => A): A = {
+    val dir = Files.createTempDirectory("batchlog").toFile.getCanonicalFile
+    try f(dir)
+    finally deleteRecursively(dir)
+  }
+
+  protected def deleteRecursively(f: File): Unit = {
+    if (f.isDirectory) Option(f.listFiles()).foreach(_.foreach(deleteRecursively))
+    if (f.exists() && !f.delete()) throw new java.io.IOException(s"Cannot delete $f")
+  }
+
+  /** Sets session SQL confs for the duration of `f`, restoring the previous values. */
+  protected def withSQLConf[A](pairs: (String, String)*)(f: => A): A = {
+    val conf = spark.conf
+    val previous = pairs.map { case (k, _) => k -> conf.getOption(k) }
+    pairs.foreach { case (k, v) => conf.set(k, v) }
+    try f
+    finally previous.foreach {
+        case (k, Some(v)) => conf.set(k, v)
+        case (k, None) => conf.unset(k)
+      }
+  }
+}
