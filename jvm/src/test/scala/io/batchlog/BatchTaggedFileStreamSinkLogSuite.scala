@@ -58,10 +58,27 @@ class BatchTaggedFileStreamSinkLogSuite extends SparkSessionTestBase {
 
   private def vanilla(dir: File): VanillaSinkLog = new VanillaSinkLog(spark, dir.toString)
 
-  /** Log file names (`N`, `N.compact`) in `dir`, ignoring checksum and temp files. */
-  private def logFileNames(dir: File): Set[String] =
-    Option(dir.listFiles()).getOrElse(Array.empty[File]).map(_.getName)
+  /**
+   * Log file names (`N`, `N.compact`) in `dir`, ignoring checksum and temp files and batchlog's
+   * `N.compact.index` files, of which there must be none without its compact file.
+   */
+  private def logFileNames(dir: File): Set[String] = {
+    val all = Option(dir.listFiles()).getOrElse(Array.empty[File]).map(_.getName)
       .filterNot(n => n.startsWith(".") || n.endsWith(".crc")).toSet
+    val (indexes, logs) = all.partition(_.endsWith(".compact.index"))
+    assert(
+      indexes.map(_.stripSuffix(".index")).subsetOf(logs),
+      s"an index outlived its compact: $all"
+    )
+    logs
+  }
+
+  /** Compact files written by batchlog each have their index beside them. */
+  private def assertIndexed(dir: File): Unit = {
+    val names = dir.listFiles().map(_.getName).toSet
+    val compacts = names.filter(_.endsWith(".compact"))
+    assert(names.filter(_.endsWith(".compact.index")) === compacts.map(_ + ".index"))
+  }
 
   private def expectedNames(ids: Range, interval: Int): Set[String] =
     ids.map(id => if ((id + 1) % interval == 0) s"$id.compact" else id.toString).toSet
@@ -105,6 +122,7 @@ class BatchTaggedFileStreamSinkLogSuite extends SparkSessionTestBase {
           assert(!log.add(5L, entriesOf(5L)), "re-adding a logged batch must return false")
 
           assert(logFileNames(dir) === expectedNames(batches, interval))
+          assertIndexed(dir)
           batches.foreach { b =>
             val compact = (b + 1) % interval == 0
             val f = new File(dir, if (compact) s"$b.compact" else b.toString)
@@ -248,6 +266,7 @@ class BatchTaggedFileStreamSinkLogSuite extends SparkSessionTestBase {
             assert(v.add(b, es.map(_.toSinkFileStatus)))
             assert(o.add(b, es))
             assert(logFileNames(oDir) === logFileNames(vDir), s"after batch $b")
+            assertIndexed(oDir)
           }
           val names = logFileNames(oDir)
           if (deletion) assert(names.size < 30, names)

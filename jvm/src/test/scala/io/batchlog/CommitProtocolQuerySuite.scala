@@ -86,8 +86,14 @@ class CommitProtocolQuerySuite extends SparkSessionTestBase {
 
   private def readLines(f: File): Seq[String] = Files.readAllLines(f.toPath, UTF_8).asScala.toSeq
 
-  private def logFileNames(meta: File): Set[String] =
-    meta.listFiles().map(_.getName).filterNot(n => n.startsWith(".") || n.endsWith(".crc")).toSet
+  /** Log file names (`N`, `N.compact`); every compact file has its `N.compact.index` beside it. */
+  private def logFileNames(meta: File): Set[String] = {
+    val all =
+      meta.listFiles().map(_.getName).filterNot(n => n.startsWith(".") || n.endsWith(".crc")).toSet
+    val (indexes, logs) = all.partition(_.endsWith(".compact.index"))
+    assert(indexes === logs.filter(_.endsWith(".compact")).map(_ + ".index"))
+    logs
+  }
 
   /** Data files on disk under `out` (not metadata, checksums or markers), as local paths. */
   private def dataFiles(out: File): Set[String] = {

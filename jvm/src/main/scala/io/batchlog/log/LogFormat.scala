@@ -119,12 +119,15 @@ object LogFormat {
     val end = line.length - 1
     if (end < 0 || line.charAt(end) != '}') return None
     var j = end - 1
-    var id = 0L
-    var mul = 1L
-    while (j >= 0 && Character.isDigit(line.charAt(j)) && end - j <= 18) {
-      id += (line.charAt(j) - '0') * mul; mul *= 10; j -= 1
+    while (j >= 0 && Character.isDigit(line.charAt(j))) j -= 1
+    val digits = end - 1 - j
+    if (digits == 0 || digits > 19 || !line.startsWith(TagMarker, j - TagMarker.length + 1)) None
+    else {
+      var id = 0L
+      var k = j + 1
+      while (k < end && id >= 0) { id = id * 10 + (line.charAt(k) - '0'); k += 1 }
+      if (id < 0) None else Some(id) // id < 0: overflow past Long.MaxValue
     }
-    if (j == end - 1 || !line.startsWith(TagMarker, j - TagMarker.length + 1)) None else Some(id)
   }
 
   def isTagged(line: String): Boolean = taggedBatch(line).isDefined

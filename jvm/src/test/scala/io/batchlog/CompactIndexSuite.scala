@@ -1,0 +1,193 @@
+package io.batchlog
+
+import java.io.File
+import java.nio.charset.StandardCharsets.UTF_8
+import java.nio.file.Files
+
+import scala.jdk.CollectionConverters._
+
+import org.apache.hadoop.fs.Path
+
+import io.batchlog.log.{
+  BatchTaggedFileStreamSinkLog,
+  CompactIndex,
+  IndexRun,
+  LogFormat,
+  SinkLogEntry
+}
+
+/** The per-batch index beside compact files, byte-copy compaction, and retention. */
+class CompactIndexSuite extends SparkSessionTestBase {
+
+  private def entry(b: Long, i: Int, modTime: Long = 1700000000000L): SinkLogEntry = SinkLogEntry(
+    f"file:///out/p=$i/part-00000-batch-$b-00000000-0000-0000-0000-${b * 100 + i}%012d.parquet",
+    100L + i,
+    isDir = false,
+    modTime,
+    1,
+    1024L,
+    "add",
+    Some(b)
+  )
+
+  private def entries(b: Long, n: Int): Array[SinkLogEntry] = Array.tabulate(n)(entry(b, _))
+
+  /** A sink dir with `batches` batches of `perBatch(b)` entries written through our log. */
+  private def buildSink(
+      root: File,
+      batches: Int,
+      perBatch: Long => Int
+  ): BatchTaggedFileStreamSinkLog = {
+    val log = new BatchTaggedFileStreamSinkLog(spark, new File(root, "_spark_metadata").toString)
+    (0 until batches).foreach(b => assert(log.add(b, entries(b, perBatch(b)))))
+    log
+  }
+
+  private def indexFile(root: File, compact: Long) =
+    new File(root, s"_spark_metadata/$compact.compact${CompactIndex.Suffix}")
+
+  private def compactLines(root: File, compact: Long): Seq[String] =
+    Files.readAllLines(new File(root, s"_spark_metadata/$compact.compact").toPath, UTF_8).asScala.toSeq
+
+  test("compaction writes one run per batch; files(batch) reads exactly that batch") {
+    withSQLConf(BatchLogConf.CompactIntervalKey -> "4") {
+      withTempDir { root =>
+        val perBatch = (b: Long) => (b % 3 + 1).toInt // 1, 2, 3 entries
+        val log = buildSink(root, 14, perBatch)
+        val index = CompactIndex.read(
+          log.checkpointFileManager,
+          new Path(s"${log.metadataPath}/11.compact.index")
+        ).get
+        assert(index.runs.map(r => (r.batchId, r.count)) == (0L to 11L).map(b =>
+          (Some(b), perBatch(b).toLong)
+        ))
+        val lines = compactLines(root, 11)
+        // Every run points at exactly its batch's lines (offset of the preceding '\n').
+        val bytes = Files.readAllBytes(new File(root, "_spark_metadata/11.compact").toPath)
+        index.runs.foreach { case IndexRun(b, off, len, n) =>
+          val text = new String(bytes, off.toInt, len.toInt, UTF_8)
+          val runLines = text.split('\n').toSeq.drop(1)
+          assert(runLines.length == n && runLines.forall(l => LogFormat.taggedBatch(l) == b))
+        }
+        assert(index.entries == lines.length - 1)
+        val api = new SinkLogApi(spark, root.toString)
+        (0L to 13L).foreach(b =>
+          assert(api.files(b).toSeq == entries(b, perBatch(b)).map(_.path).toSeq)
+        )
+        assert(api.batches().toSeq == (0L to 13L))
+      }
+    }
+  }
+
+  test("a missing index is rebuilt from the compact file, identical to the one compaction wrote") {
+    withSQLConf(BatchLogConf.CompactIntervalKey -> "3") {
+      withTempDir { root =>
+        buildSink(root, 9, _ => 2)
+        val written = Files.readAllLines(indexFile(root, 8).toPath, UTF_8)
+        assert(indexFile(root, 8).delete())
+        val api = new SinkLogApi(spark, root.toString)
+        assert(api.files(4).toSeq == entries(4, 2).map(_.path).toSeq)
+        assert(Files.readAllLines(indexFile(root, 8).toPath, UTF_8) == written)
+      }
+    }
+  }
+
+  test("a stale index (right file length and mtime, wrong runs) is detected and rebuilt") {
+    withSQLConf(BatchLogConf.CompactIntervalKey -> "3") {
+      withTempDir { root =>
+        val log = buildSink(root, 9, _ => 2)
+        val fm = log.checkpointFileManager
+        val path = new Path(s"${log.metadataPath}/8.compact.index")
+        val good = CompactIndex.read(fm, path).get
+        // Swap the runs of batches 3 and 4: the header still matches the compact file.
+        val swapped = good.runs.map {
+          case r if r.batchId.contains(3L) => r.copy(batchId = Some(4L))
+          case r if r.batchId.contains(4L) => r.copy(batchId = Some(3L))
+          case r => r
+        }
+        CompactIndex.write(fm, path, good.copy(runs = swapped))
+        val api = new SinkLogApi(spark, root.toString)
+        assert(api.files(3).toSeq == entries(3, 2).map(_.path).toSeq)
+        assert(api.files(4).toSeq == entries(4, 2).map(_.path).toSeq)
+        assert(CompactIndex.read(fm, path).get.runs == good.runs)
+      }
+    }
+  }
+
+  test("an index of another version of the compact file (length differs) is not used") {
+    withSQLConf(BatchLogConf.CompactIntervalKey -> "3") {
+      withTempDir { root =>
+        val log = buildSink(root, 6, _ => 2)
+        val fm = log.checkpointFileManager
+        val path = new Path(s"${log.metadataPath}/5.compact.index")
+        val good = CompactIndex.read(fm, path).get
+        CompactIndex.write(
+          fm,
+          path,
+          good.copy(compactLength = good.compactLength + 1, runs = Vector.empty)
+        )
+        assert(
+          new SinkLogApi(spark, root.toString).files(2).toSeq == entries(2, 2).map(_.path).toSeq
+        )
+        assert(CompactIndex.read(fm, path).get == good)
+      }
+    }
+  }
+
+  test("byte-copy compaction keeps every entry and tag across many compactions") {
+    withSQLConf(BatchLogConf.CompactIntervalKey -> "2") {
+      withTempDir { root =>
+        val log = buildSink(root, 21, b => (b % 4).toInt) // includes batches with no entries
+        val expected = (0L until 21L).flatMap(b => entries(b, (b % 4).toInt)).toSet
+        assert(log.allFiles().toSet == expected)
+        val lines = compactLines(root, 19).drop(1)
+        assert(lines.map(LogFormat.decode).toSet == expected.filter(_.batchId.get <= 19))
+      }
+    }
+  }
+
+  test("retention by batch count drops old batches at compaction, keeps tags, reports the drop") {
+    withSQLConf(BatchLogConf.CompactIntervalKey -> "3", BatchLogConf.RetentionBatchesKey -> "5") {
+      withTempDir { root =>
+        val log = buildSink(root, 20, _ => 2)
+        // Compaction 17 keeps batches >= 17 + 1 - 5 = 13; batches 18 and 19 are batch files.
+        assert(log.allFiles().map(_.batchId.get).toSet == (13L to 19L).toSet)
+        val index = CompactIndex.read(
+          log.checkpointFileManager,
+          new Path(s"${log.metadataPath}/17.compact.index")
+        ).get
+        // Compaction 14 kept batches >= 10, so compact 14 held 10..14; compaction 17 dropped
+        // 10..12 (3 batches x 2 entries).
+        assert(index.droppedEntries == 6 && index.droppedMaxBatch == 12)
+      }
+    }
+  }
+
+  test("retention by age drops and hides entries older than the age") {
+    withSQLConf(BatchLogConf.CompactIntervalKey -> "3", BatchLogConf.RetentionAgeKey -> "1h") {
+      withTempDir { root =>
+        val now = System.currentTimeMillis()
+        val log =
+          new BatchTaggedFileStreamSinkLog(spark, new File(root, "_spark_metadata").toString)
+        (0 until 6).foreach { b =>
+          val old = b < 2 // batches 0 and 1 are two hours old
+          log.add(b, Array(entry(b, 0, if (old) now - 7200000L else now)))
+        }
+        assert(log.allFiles().map(_.batchId.get).toSeq == (2L to 5L))
+        assert(compactLines(root, 5).drop(1).map(l => LogFormat.taggedBatch(l).get) == (2L to 5L))
+      }
+    }
+  }
+
+  test("invalid retention settings are refused, naming the key") {
+    Seq(BatchLogConf.RetentionBatchesKey -> "0", BatchLogConf.RetentionAgeKey -> "soon").foreach {
+      case (k, v) =>
+        withSQLConf(k -> v) {
+          withTempDir { root =>
+            val e = intercept[BatchLogException](buildSink(root, 1, _ => 1))
+            assert(e.code == BatchLogException.InvalidArgument && e.getMessage.contains(k))
+          }
+        }
+    }
+  }
+}
