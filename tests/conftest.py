@@ -13,6 +13,7 @@ import re
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence
 
@@ -91,6 +92,22 @@ def spark(batchlog_jar: str) -> Iterator[SparkSession]:
     assert batchlog_jar in session.conf.get("spark.jars", "")
     yield session
     session.stop()
+
+
+@contextmanager
+def session_conf(spark: SparkSession, conf: Mapping[str, str]) -> Iterator[None]:
+    """Sets session confs for the block, restoring the previous values after it."""
+    before: Dict[str, Optional[str]] = {k: spark.conf.get(k, None) for k in conf}
+    for k, v in conf.items():
+        spark.conf.set(k, v)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, v)
 
 
 # ---- streaming helpers -------------------------------------------------------------------------

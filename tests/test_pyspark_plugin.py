@@ -6,10 +6,9 @@ from __future__ import annotations
 import os
 import re
 import shutil
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ContextManager, Dict, Iterator, List, Mapping, Optional, Set
+from typing import ContextManager, Dict, List, Mapping, Set
 
 import pytest
 from conftest import (
@@ -28,6 +27,7 @@ from conftest import (
     read_log_file,
     row_tuples,
     run_stream,
+    session_conf,
     uri,
 )
 from pyspark.sql import SparkSession
@@ -51,22 +51,6 @@ def inputs(batches: range) -> Dict[int, List[Dict[str, object]]]:
 
 def expected_rows(batches: range) -> List[tuple]:
     return row_tuples(r for rows in inputs(batches).values() for r in rows)
-
-
-@contextmanager
-def session_conf(spark: SparkSession, conf: Mapping[str, str]) -> Iterator[None]:
-    """Sets session confs for the block, restoring the previous values after it."""
-    before: Dict[str, Optional[str]] = {k: spark.conf.get(k, None) for k in conf}
-    for k, v in conf.items():
-        spark.conf.set(k, v)
-    try:
-        yield
-    finally:
-        for k, v in before.items():
-            if v is None:
-                spark.conf.unset(k)
-            else:
-                spark.conf.set(k, v)
 
 
 def with_plugin(spark: SparkSession) -> ContextManager[None]:
