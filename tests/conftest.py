@@ -15,7 +15,7 @@ import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Set
 
 import pytest
 
@@ -54,6 +54,8 @@ TAGGED_FIELDS = VANILLA_FIELDS + ["batchId"]
 INPUT_SCHEMA = "id LONG, country STRING, amount INT"
 COUNTRIES = ["de", "fr", "jp"]
 UUID_RE = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+
+LOCAL_BLOCK_SIZE = 32 * 1024 * 1024  # Hadoop's local file system default block size
 
 #: Seconds a single streaming query or helper process may take before the test fails.
 QUERY_TIMEOUT_S = 180
@@ -213,6 +215,31 @@ def data_files(output_dir: Path) -> List[Path]:
 def uri(path: Path) -> str:
     """A local path as Spark logs it: ``file:///abs/path``."""
     return "file://" + str(path.resolve())
+
+
+def tagged_files_by_batch(output: Path) -> Dict[int, Set[str]]:
+    """Data files on disk whose batch-tagged name says which batch wrote them, by batch."""
+    out: Dict[int, Set[str]] = {}
+    for p in data_files(output):
+        m = re.fullmatch(rf"part-[0-9]{{5}}-batch-([0-9]+)-{UUID_RE}\..*", p.name)
+        if m:
+            out.setdefault(int(m.group(1)), set()).add(uri(p))
+    return out
+
+
+def assert_entry_matches_disk(entry: Mapping[str, object]) -> None:
+    """A log entry's vanilla fields describe the data file on disk exactly."""
+    path = str(entry["path"])
+    assert path.startswith("file:///"), path
+    local = Path(path[len("file://") :])
+    assert local.is_file(), path
+    st = local.stat()
+    assert entry["size"] == st.st_size, entry
+    assert entry["isDir"] is False, entry
+    assert entry["modificationTime"] == st.st_mtime_ns // 1_000_000, entry
+    assert entry["blockReplication"] == 1, entry
+    assert entry["blockSize"] == LOCAL_BLOCK_SIZE, entry
+    assert entry["action"] == "add", entry
 
 
 def _plain_env() -> Dict[str, str]:

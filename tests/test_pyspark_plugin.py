@@ -8,7 +8,7 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ContextManager, Dict, List, Mapping, Set
+from typing import ContextManager, Dict, List
 
 import pytest
 from conftest import (
@@ -18,6 +18,7 @@ from conftest import (
     UUID_RE,
     VANILLA_COMMIT_PROTOCOL,
     VANILLA_FIELDS,
+    assert_entry_matches_disk,
     batch_rows,
     data_files,
     drop_inputs,
@@ -28,6 +29,7 @@ from conftest import (
     row_tuples,
     run_stream,
     session_conf,
+    tagged_files_by_batch,
     uri,
 )
 from pyspark.sql import SparkSession
@@ -37,7 +39,6 @@ import batchlog
 BATCHES = 8
 INTERVAL = 3  # compactions at batches 2 and 5
 EXTENSIONS = {"parquet": r"\.c000\.snappy\.parquet", "json": r"\.c000\.json"}
-LOCAL_BLOCK_SIZE = 32 * 1024 * 1024  # Hadoop's local file system default block size
 
 
 def countries_of(batch: int) -> int:
@@ -71,31 +72,6 @@ def without_plugin(spark: SparkSession) -> ContextManager[None]:
             COMPACT_INTERVAL_KEY: str(INTERVAL),
         },
     )
-
-
-def tagged_files_by_batch(output: Path) -> Dict[int, Set[str]]:
-    """Data files on disk whose batch-tagged name says which batch wrote them, by batch."""
-    out: Dict[int, Set[str]] = {}
-    for p in data_files(output):
-        m = re.fullmatch(rf"part-[0-9]{{5}}-batch-([0-9]+)-{UUID_RE}\..*", p.name)
-        if m:
-            out.setdefault(int(m.group(1)), set()).add(uri(p))
-    return out
-
-
-def assert_entry_matches_disk(entry: Mapping[str, object]) -> None:
-    """A log entry's vanilla fields describe the data file on disk exactly."""
-    path = str(entry["path"])
-    assert path.startswith("file:///"), path
-    local = Path(path[len("file://") :])
-    assert local.is_file(), path
-    st = local.stat()
-    assert entry["size"] == st.st_size, entry
-    assert entry["isDir"] is False, entry
-    assert entry["modificationTime"] == st.st_mtime_ns // 1_000_000, entry
-    assert entry["blockReplication"] == 1, entry
-    assert entry["blockSize"] == LOCAL_BLOCK_SIZE, entry
-    assert entry["action"] == "add", entry
 
 
 # ---- a plugin-only sink, parquet and json ------------------------------------------------------
