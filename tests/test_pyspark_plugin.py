@@ -508,3 +508,43 @@ def test_module_under_test_is_this_checkout() -> None:
         1
     ] / "python" / ("batchlog")
     assert os.path.basename(batchlog.jar_path()) == "batchlog.jar"
+
+
+# ---- awkward paths -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dirname", ["out,v2", "out[1]", "out{a,b}", "out space"])
+def test_sink_paths_with_special_characters(
+    spark: SparkSession, tmp_path: Path, dirname: str
+) -> None:
+    """Output directories and partition values with characters that are special to URIs, to
+    Hadoop globs or to comma-separated path lists: every SinkLog call reads exactly the log."""
+    inbox, out = tmp_path / "input", tmp_path / dirname
+    countries = ["a b", "x%y", "ü"]
+    rows = {b: [{"id": b * 10 + i, "country": c, "amount": b} for i, c in enumerate(countries)]
+            for b in range(2)}  # fmt: skip
+    drop_inputs(inbox, rows)
+    with with_plugin(spark):
+        assert run_stream(spark, inbox, out, tmp_path / "chk") == [0, 1]
+
+    by_batch = tagged_files_by_batch(out)
+    assert {b: len(p) for b, p in by_batch.items()} == {0: 3, 1: 3}
+    log = batchlog.SinkLog(spark, str(out))
+    assert log.batches() == [0, 1]
+    for b in (0, 1):
+        logged = log.files(b)
+        # as logged: URIs, so the partition directories are percent-encoded
+        assert {f.split("/")[-2] for f in logged} == {
+            "country=a%20b",
+            "country=x%2525y",
+            "country=ü",
+        }
+        for f in logged:
+            assert log.batch_of(f) == b
+    for p in data_files(out):
+        assert log.batch_of(str(p)) == int(p.name.split("-batch-")[1].split("-")[0])
+
+    entries = log.entries().collect()
+    assert sorted((r["batchId"], r["path"]) for r in entries) == sorted(
+        (b, log_path) for b in (0, 1) for log_path in log.files(b)
+    )
