@@ -2,11 +2,15 @@ package io.batchlog
 
 import scala.collection.mutable
 
-import org.apache.hadoop.fs.Path
+import org.apache.hadoop.fs.{FileStatus, Path}
+import org.apache.hadoop.io.{LongWritable, Text}
+import org.apache.hadoop.mapreduce.{Job, JobContext}
+import org.apache.hadoop.mapreduce.lib.input.{FileInputFormat, TextInputFormat}
 import org.json4s.JsonDSL._
 import org.json4s.jackson.JsonMethods.{compact, render}
 
 import org.apache.spark.paths.SparkPath
+import org.apache.spark.rdd.RDD
 import org.apache.spark.sql.{Column, DataFrame, Encoders, Row, SparkSession}
 import org.apache.spark.sql.functions._
 
@@ -78,8 +82,7 @@ class SinkLogApi(spark: SparkSession, outputPath: String) {
       nullif(regexp_extract(col("path"), DataFileNaming.Pattern, 1), lit("")).cast("long")
     val perFile = log.liveLogBatchIds().map { id =>
       log.checkHeader(id)
-      val lines = spark.sparkContext.textFile(log.logFilePath(id).toString)
-        .filter(_ != LogFormat.Header)
+      val lines = SinkLogApi.textLines(spark, log.logFilePath(id)).filter(_ != LogFormat.Header)
       val fromLogFile = if (log.isCompactFile(id)) lit(null).cast("long") else lit(id)
       spark.read.schema(LogFormat.sparkSchema).option("mode", "FAILFAST")
         .json(spark.createDataset(lines)(Encoders.STRING))
@@ -136,6 +139,24 @@ class SinkLogApi(spark: SparkSession, outputPath: String) {
 
 object SinkLogApi {
 
+  /**
+   * The lines of the one file `file`, split like any text file. Not `sparkContext.textFile`: that
+   * takes a comma-separated list of glob patterns, so an output directory whose name holds `,` `[`
+   * `{` `*` `?` (legal in HDFS and object-store paths) would be split or globbed.
+   */
+  def textLines(spark: SparkSession, file: Path): RDD[String] = {
+    val job = Job.getInstance(spark.sessionState.newHadoopConf())
+    FileInputFormat.setInputPaths(job, file) // a Path: escaped, never split on commas
+    spark.sparkContext
+      .newAPIHadoopRDD(
+        job.getConfiguration,
+        classOf[ExactPathTextInputFormat],
+        classOf[LongWritable],
+        classOf[Text]
+      )
+      .map(_._2.toString)
+  }
+
   /** `<output>/_spark_metadata`, or a clear error if `outputPath` is not a file sink. */
   def metadataPathOf(spark: SparkSession, outputPath: String): Path = {
     if (outputPath == null || outputPath.isEmpty) {
@@ -147,5 +168,19 @@ object SinkLogApi {
     if (!fs.exists(meta) || !fs.getFileStatus(meta).isDirectory)
       throw BatchLogException.notASink(outputPath)
     meta
+  }
+}
+
+/**
+ * Hadoop's `TextInputFormat` reading exactly its input paths, as given: no glob expansion (the
+ * parent lists each input path with `globStatus`, so `[`, `{`, `*`, `?` in a path are patterns).
+ */
+class ExactPathTextInputFormat extends TextInputFormat {
+  override protected def listStatus(job: JobContext): java.util.List[FileStatus] = {
+    val out = new java.util.ArrayList[FileStatus]()
+    FileInputFormat.getInputPaths(job).foreach { p =>
+      out.add(p.getFileSystem(job.getConfiguration).getFileStatus(p))
+    }
+    out
   }
 }

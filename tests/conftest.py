@@ -1,0 +1,334 @@
+"""Shared fixtures and helpers for batchlog's integration suite: real Spark, no mocks.
+
+The suite tests *this checkout's* Python package (``<repo>/python`` goes first on ``sys.path``,
+whatever the virtualenv's editable install points at) and the jar built into it
+(``python/batchlog/jars/batchlog.jar``, ``dev/sbt copyJarToPython``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Set
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PYTHON_DIR = REPO / "python"
+sys.path.insert(0, str(PYTHON_DIR))
+
+import batchlog  # noqa: E402
+from pyspark.sql import SparkSession  # noqa: E402
+from pyspark.sql.streaming import StreamingQuery  # noqa: E402
+
+# The package under test must be this checkout's, not whatever `.venv` has installed.
+assert Path(batchlog.__file__).resolve().parent == PYTHON_DIR / "batchlog", (
+    batchlog.__file__
+)
+
+COMMIT_PROTOCOL_KEY = "spark.sql.streaming.commitProtocolClass"
+COMPACT_INTERVAL_KEY = "spark.sql.streaming.fileSink.log.compactInterval"
+#: Spark's own file-sink commit protocol (the default of COMMIT_PROTOCOL_KEY).
+VANILLA_COMMIT_PROTOCOL = (
+    "org.apache.spark.sql.execution.streaming.ManifestFileCommitProtocol"
+)
+
+#: The fields of Spark's SinkFileStatus, in Spark's order; batchlog appends "batchId".
+VANILLA_FIELDS = [
+    "path",
+    "size",
+    "isDir",
+    "modificationTime",
+    "blockReplication",
+    "blockSize",
+    "action",
+]
+TAGGED_FIELDS = VANILLA_FIELDS + ["batchId"]
+
+INPUT_SCHEMA = "id LONG, country STRING, amount INT"
+COUNTRIES = ["de", "fr", "jp"]
+UUID_RE = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+
+LOCAL_BLOCK_SIZE = 32 * 1024 * 1024  # Hadoop's local file system default block size
+
+#: Seconds a single streaming query or helper process may take before the test fails.
+QUERY_TIMEOUT_S = 180
+
+
+# ---- fixtures ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def batchlog_jar() -> str:
+    """The built batchlog jar (``batchlog.jar_path()``); fails clearly if it was not built."""
+    try:
+        jar = batchlog.jar_path()
+    except batchlog.BatchLogError as e:
+        pytest.fail(
+            f"The batchlog jar is not built: {e}\n"
+            f"Run `dev/sbt copyJarToPython` in {REPO} to build it into "
+            "python/batchlog/jars/batchlog.jar, then rerun the tests.",
+            pytrace=False,
+        )
+    return jar
+
+
+@pytest.fixture(scope="session")
+def spark(batchlog_jar: str) -> Iterator[SparkSession]:
+    """One local Spark session for the suite, with the batchlog jar on its class path."""
+    session = (
+        batchlog.configure(SparkSession.builder)
+        .master("local[2]")
+        .appName("batchlog-pytest")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    assert batchlog_jar in session.conf.get("spark.jars", "")
+    yield session
+    session.stop()
+
+
+@contextmanager
+def session_conf(spark: SparkSession, conf: Mapping[str, str]) -> Iterator[None]:
+    """Sets session confs for the block, restoring the previous values after it."""
+    before: Dict[str, Optional[str]] = {k: spark.conf.get(k, None) for k in conf}
+    for k, v in conf.items():
+        spark.conf.set(k, v)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, v)
+
+
+# ---- streaming helpers -------------------------------------------------------------------------
+
+
+def batch_rows(batch: int, n_countries: int, rows: int = 4) -> List[Dict[str, Any]]:
+    """Input rows for one micro-batch: ``rows`` rows over the first ``n_countries`` countries."""
+    countries = COUNTRIES[:n_countries]
+    return [
+        {"id": batch * 100 + i, "country": countries[i % n_countries], "amount": batch}
+        for i in range(rows)
+    ]
+
+
+def drop_inputs(
+    input_dir: Path, batches: Mapping[int, Sequence[Dict[str, Any]]]
+) -> None:
+    """Writes one JSON-lines file per batch, ``events-<batch>.json``.
+
+    Each file's modification time is a fixed offset per batch, so the file source (which orders
+    files by modification time, one per trigger here) reads them in batch order.
+    """
+    input_dir.mkdir(parents=True, exist_ok=True)
+    base = int(time.time()) - 3600
+    for batch, rows in batches.items():
+        f = input_dir / f"events-{batch:03d}.json"
+        f.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        os.utime(f, (base + batch, base + batch))
+
+
+def run_stream(
+    spark: SparkSession,
+    input_dir: Path,
+    output_dir: Path,
+    checkpoint_dir: Path,
+    fmt: str = "parquet",
+    partition_by: Sequence[str] = ("country",),
+) -> List[int]:
+    """Runs a file-source -> file-sink query with ``availableNow`` and one file per batch.
+
+    Waits for it to finish, fails on a query error, and returns the batch ids it ran.
+    """
+    events = (
+        spark.readStream.schema(INPUT_SCHEMA)
+        .option("maxFilesPerTrigger", 1)
+        .json(str(input_dir))
+    )
+    writer = events.writeStream.format(fmt).option(
+        "checkpointLocation", str(checkpoint_dir)
+    )
+    if partition_by:
+        writer = writer.partitionBy(*partition_by)
+    query: StreamingQuery = writer.trigger(availableNow=True).start(str(output_dir))
+    try:
+        finished = query.awaitTermination(QUERY_TIMEOUT_S)
+        assert finished, (
+            f"streaming query into {output_dir} did not finish in {QUERY_TIMEOUT_S}s"
+        )
+    finally:
+        if query.isActive:
+            query.stop()
+    assert query.exception() is None, query.exception()
+    return [int(p["batchId"]) for p in query.recentProgress]
+
+
+# ---- reading the sink from outside -------------------------------------------------------------
+
+
+def read_log_file(path: Path) -> List[Dict[str, Any]]:
+    """The entries of one ``_spark_metadata`` file; asserts its ``v1`` header."""
+    lines = path.read_text().split("\n")
+    assert lines[0] == "v1", f"{path}: header {lines[0]!r}"
+    return [json.loads(line) for line in lines[1:]]
+
+
+def raw_log_lines(path: Path) -> List[str]:
+    """The entry lines (text) of one ``_spark_metadata`` file, header excluded."""
+    lines = path.read_text().split("\n")
+    assert lines[0] == "v1", f"{path}: header {lines[0]!r}"
+    return lines[1:]
+
+
+def log_file_names(output_dir: Path) -> List[str]:
+    """Names of the log files ``N`` / ``N.compact`` in the sink's ``_spark_metadata``."""
+    meta = output_dir / "_spark_metadata"
+    names = [
+        p.name for p in meta.iterdir() if re.fullmatch(r"[0-9]+(\.compact)?", p.name)
+    ]
+    return sorted(names, key=lambda n: int(n.split(".")[0]))
+
+
+def data_files(output_dir: Path) -> List[Path]:
+    """Every data file under the sink's output directory (not the log, not checksums)."""
+    return sorted(
+        p
+        for p in output_dir.rglob("part-*")
+        if p.is_file()
+        and "_spark_metadata" not in p.parts
+        and not p.name.endswith(".crc")
+    )
+
+
+def uri(path: Path) -> str:
+    """A local path as Spark logs it: ``file:///abs/path``."""
+    return "file://" + str(path.resolve())
+
+
+def tagged_files_by_batch(output: Path) -> Dict[int, Set[str]]:
+    """Data files on disk whose batch-tagged name says which batch wrote them, by batch."""
+    out: Dict[int, Set[str]] = {}
+    for p in data_files(output):
+        m = re.fullmatch(rf"part-[0-9]{{5}}-batch-([0-9]+)-{UUID_RE}\..*", p.name)
+        if m:
+            out.setdefault(int(m.group(1)), set()).add(uri(p))
+    return out
+
+
+def assert_entry_matches_disk(entry: Mapping[str, object]) -> None:
+    """A log entry's vanilla fields describe the data file on disk exactly."""
+    path = str(entry["path"])
+    assert path.startswith("file:///"), path
+    local = Path(path[len("file://") :])
+    assert local.is_file(), path
+    st = local.stat()
+    assert entry["size"] == st.st_size, entry
+    assert entry["isDir"] is False, entry
+    assert entry["modificationTime"] == st.st_mtime_ns // 1_000_000, entry
+    assert entry["blockReplication"] == 1, entry
+    assert entry["blockSize"] == LOCAL_BLOCK_SIZE, entry
+    assert entry["action"] == "add", entry
+
+
+def _plain_env() -> Dict[str, str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k
+        not in ("PYTHONPATH", "BATCHLOG_JAR", "PYSPARK_SUBMIT_ARGS", "SPARK_CONF_DIR")
+    }
+    env["PYSPARK_PYTHON"] = sys.executable
+    return env
+
+
+_PLAIN_READER = r"""
+import json, sys
+from pyspark.sql import SparkSession
+
+spark = (
+    SparkSession.builder.master("local[1]")
+    .appName("plain-reader")
+    .config("spark.ui.enabled", "false")
+    .getOrCreate()
+)
+spark.sparkContext.setLogLevel("ERROR")
+try:
+    spark._jvm.java.lang.Class.forName("io.batchlog.BatchLogConf")
+    has_batchlog = True
+except Exception:
+    has_batchlog = False
+out = {
+    "spark.jars": spark.sparkContext.getConf().get("spark.jars", ""),
+    "commitProtocolClass": spark.conf.get("spark.sql.streaming.commitProtocolClass"),
+    "batchlogClassLoadable": has_batchlog,
+    "sinks": [],
+}
+for fmt, path in json.loads(sys.argv[1]):
+    df = spark.read.format(fmt).load(path)
+    rows = [r.asDict() for r in df.collect()]
+    out["sinks"].append(
+        {"count": len(rows), "rows": rows, "columns": df.columns, "inputFiles": df.inputFiles()}
+    )
+spark.stop()
+print("PLAIN-READER-RESULT " + json.dumps(out))
+"""
+
+
+def read_back_plain(sinks: Iterable[Sequence[str]]) -> List[Dict[str, Any]]:
+    """Reads sinks back in a separate Python process running plain PySpark, without batchlog.
+
+    ``sinks`` is ``[(format, output_dir), ...]``. The process has no batchlog jar (``spark.jars``
+    unset, the class not loadable) and Spark's default commit protocol; it reads each sink with
+    ``spark.read.format(fmt).load(path)`` and reports, per sink, ``count``, ``rows`` (dicts),
+    ``columns`` and ``inputFiles``.
+    """
+    arg = json.dumps([[fmt, str(path)] for fmt, path in sinks])
+    proc = subprocess.run(
+        [sys.executable, "-c", _PLAIN_READER, arg],
+        env=_plain_env(),
+        cwd=str(REPO),
+        capture_output=True,
+        text=True,
+        timeout=QUERY_TIMEOUT_S,
+    )
+    assert proc.returncode == 0, (
+        f"plain reader failed:\n{proc.stdout}\n{proc.stderr[-5000:]}"
+    )
+    result_lines = [
+        line
+        for line in proc.stdout.splitlines()
+        if line.startswith("PLAIN-READER-RESULT ")
+    ]
+    assert len(result_lines) == 1, proc.stdout
+    result = json.loads(result_lines[0].split(" ", 1)[1])
+    # Prove the reader really was plain Spark.
+    assert result["spark.jars"] == ""
+    assert result["batchlogClassLoadable"] is False
+    assert result["commitProtocolClass"] == VANILLA_COMMIT_PROTOCOL
+    sinks_out: List[Dict[str, Any]] = result["sinks"]
+    return sinks_out
+
+
+def row_tuples(rows: Iterable[Mapping[str, Any]]) -> List[tuple]:
+    """``(id, country, amount)`` for each row, sorted: comparable across formats."""
+    return sorted((int(r["id"]), str(r["country"]), int(r["amount"])) for r in rows)
+
+
+def subprocess_env(extra: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
+    """The environment for a subprocess that imports this checkout's ``batchlog``."""
+    env = _plain_env()
+    env["PYTHONPATH"] = str(PYTHON_DIR)
+    env.update(extra or {})
+    return env
