@@ -13,9 +13,10 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Set
+from typing import Any, Dict, List, Optional, Set
 
 import pytest
 
@@ -28,16 +29,12 @@ from pyspark.sql import SparkSession  # noqa: E402
 from pyspark.sql.streaming import StreamingQuery  # noqa: E402
 
 # The package under test must be this checkout's, not whatever `.venv` has installed.
-assert Path(batchlog.__file__).resolve().parent == PYTHON_DIR / "batchlog", (
-    batchlog.__file__
-)
+assert Path(batchlog.__file__).resolve().parent == PYTHON_DIR / "batchlog", batchlog.__file__
 
 COMMIT_PROTOCOL_KEY = "spark.sql.streaming.commitProtocolClass"
 COMPACT_INTERVAL_KEY = "spark.sql.streaming.fileSink.log.compactInterval"
 #: Spark's own file-sink commit protocol (the default of COMMIT_PROTOCOL_KEY).
-VANILLA_COMMIT_PROTOCOL = (
-    "org.apache.spark.sql.execution.streaming.ManifestFileCommitProtocol"
-)
+VANILLA_COMMIT_PROTOCOL = "org.apache.spark.sql.execution.streaming.ManifestFileCommitProtocol"
 
 #: The fields of Spark's SinkFileStatus, in Spark's order; batchlog appends "batchId".
 VANILLA_FIELDS = [
@@ -124,9 +121,7 @@ def batch_rows(batch: int, n_countries: int, rows: int = 4) -> List[Dict[str, An
     ]
 
 
-def drop_inputs(
-    input_dir: Path, batches: Mapping[int, Sequence[Dict[str, Any]]]
-) -> None:
+def drop_inputs(input_dir: Path, batches: Mapping[int, Sequence[Dict[str, Any]]]) -> None:
     """Writes one JSON-lines file per batch, ``events-<batch>.json``.
 
     Each file's modification time is a fixed offset per batch, so the file source (which orders
@@ -153,21 +148,15 @@ def run_stream(
     Waits for it to finish, fails on a query error, and returns the batch ids it ran.
     """
     events = (
-        spark.readStream.schema(INPUT_SCHEMA)
-        .option("maxFilesPerTrigger", 1)
-        .json(str(input_dir))
+        spark.readStream.schema(INPUT_SCHEMA).option("maxFilesPerTrigger", 1).json(str(input_dir))
     )
-    writer = events.writeStream.format(fmt).option(
-        "checkpointLocation", str(checkpoint_dir)
-    )
+    writer = events.writeStream.format(fmt).option("checkpointLocation", str(checkpoint_dir))
     if partition_by:
         writer = writer.partitionBy(*partition_by)
     query: StreamingQuery = writer.trigger(availableNow=True).start(str(output_dir))
     try:
         finished = query.awaitTermination(QUERY_TIMEOUT_S)
-        assert finished, (
-            f"streaming query into {output_dir} did not finish in {QUERY_TIMEOUT_S}s"
-        )
+        assert finished, f"streaming query into {output_dir} did not finish in {QUERY_TIMEOUT_S}s"
     finally:
         if query.isActive:
             query.stop()
@@ -195,9 +184,7 @@ def raw_log_lines(path: Path) -> List[str]:
 def log_file_names(output_dir: Path) -> List[str]:
     """Names of the log files ``N`` / ``N.compact`` in the sink's ``_spark_metadata``."""
     meta = output_dir / "_spark_metadata"
-    names = [
-        p.name for p in meta.iterdir() if re.fullmatch(r"[0-9]+(\.compact)?", p.name)
-    ]
+    names = [p.name for p in meta.iterdir() if re.fullmatch(r"[0-9]+(\.compact)?", p.name)]
     return sorted(names, key=lambda n: int(n.split(".")[0]))
 
 
@@ -206,9 +193,7 @@ def data_files(output_dir: Path) -> List[Path]:
     return sorted(
         p
         for p in output_dir.rglob("part-*")
-        if p.is_file()
-        and "_spark_metadata" not in p.parts
-        and not p.name.endswith(".crc")
+        if p.is_file() and "_spark_metadata" not in p.parts and not p.name.endswith(".crc")
     )
 
 
@@ -246,8 +231,7 @@ def _plain_env() -> Dict[str, str]:
     env = {
         k: v
         for k, v in os.environ.items()
-        if k
-        not in ("PYTHONPATH", "BATCHLOG_JAR", "PYSPARK_SUBMIT_ARGS", "SPARK_CONF_DIR")
+        if k not in ("PYTHONPATH", "BATCHLOG_JAR", "PYSPARK_SUBMIT_ARGS", "SPARK_CONF_DIR")
     }
     env["PYSPARK_PYTHON"] = sys.executable
     return env
@@ -303,13 +287,9 @@ def read_back_plain(sinks: Iterable[Sequence[str]]) -> List[Dict[str, Any]]:
         text=True,
         timeout=QUERY_TIMEOUT_S,
     )
-    assert proc.returncode == 0, (
-        f"plain reader failed:\n{proc.stdout}\n{proc.stderr[-5000:]}"
-    )
+    assert proc.returncode == 0, f"plain reader failed:\n{proc.stdout}\n{proc.stderr[-5000:]}"
     result_lines = [
-        line
-        for line in proc.stdout.splitlines()
-        if line.startswith("PLAIN-READER-RESULT ")
+        line for line in proc.stdout.splitlines() if line.startswith("PLAIN-READER-RESULT ")
     ]
     assert len(result_lines) == 1, proc.stdout
     result = json.loads(result_lines[0].split(" ", 1)[1])

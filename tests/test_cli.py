@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Tuple
 
+import batchlog
 import pytest
 from conftest import (
     COMMIT_PROTOCOL_KEY,
@@ -24,8 +25,6 @@ from conftest import (
     subprocess_env,
 )
 from pyspark.sql import SparkSession
-
-import batchlog
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
@@ -49,9 +48,7 @@ def files_of(batch: int) -> int:
 
 
 @pytest.fixture(scope="module")
-def sinks(
-    spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
-) -> Dict[str, Path]:
+def sinks(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Path]:
     """``tagged``: a json sink written through batchlog, batches 0..4, compactInterval 3.
 
     ``mixed``: batches 0..2 through batchlog, then 3..5 by plain Spark, whose compaction at 5
@@ -65,29 +62,19 @@ def sinks(
     vanilla = {COMMIT_PROTOCOL_KEY: VANILLA_COMMIT_PROTOCOL, COMPACT_INTERVAL_KEY: "3"}
 
     tagged = work / "tagged"
-    drop_inputs(
-        work / "input-tagged", {b: batch_rows(b, files_of(b)) for b in range(5)}
-    )
+    drop_inputs(work / "input-tagged", {b: batch_rows(b, files_of(b)) for b in range(5)})
     with session_conf(spark, plugin):
-        ran = run_stream(
-            spark, work / "input-tagged", tagged, work / "chk-tagged", fmt="json"
-        )
+        ran = run_stream(spark, work / "input-tagged", tagged, work / "chk-tagged", fmt="json")
     assert ran == [0, 1, 2, 3, 4]
 
     mixed = work / "mixed"
     drop_inputs(work / "input-mixed", {b: batch_rows(b, files_of(b)) for b in range(3)})
     with session_conf(spark, plugin):
-        ran = run_stream(
-            spark, work / "input-mixed", mixed, work / "chk-mixed", fmt="json"
-        )
+        ran = run_stream(spark, work / "input-mixed", mixed, work / "chk-mixed", fmt="json")
     assert ran == [0, 1, 2]
-    drop_inputs(
-        work / "input-mixed", {b: batch_rows(b, files_of(b)) for b in range(3, 6)}
-    )
+    drop_inputs(work / "input-mixed", {b: batch_rows(b, files_of(b)) for b in range(3, 6)})
     with session_conf(spark, vanilla):
-        ran = run_stream(
-            spark, work / "input-mixed", mixed, work / "chk-mixed", fmt="json"
-        )
+        ran = run_stream(spark, work / "input-mixed", mixed, work / "chk-mixed", fmt="json")
     assert ran == [3, 4, 5]
     return {"tagged": tagged, "mixed": mixed}
 
@@ -114,9 +101,7 @@ def expected_table(rows: List[Tuple[int, int, int]]) -> List[str]:
 
 def log_bytes(output: Path) -> Tuple[int, int]:
     names = log_file_names(output)
-    return len(names), sum(
-        (output / "_spark_metadata" / n).stat().st_size for n in names
-    )
+    return len(names), sum((output / "_spark_metadata" / n).stat().st_size for n in names)
 
 
 def test_inspect(sinks: Dict[str, Path]) -> None:

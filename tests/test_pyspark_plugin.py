@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ContextManager, Dict, List
 
+import batchlog
 import pytest
 from conftest import (
     COMMIT_PROTOCOL_KEY,
@@ -33,8 +34,6 @@ from conftest import (
     uri,
 )
 from pyspark.sql import SparkSession
-
-import batchlog
 
 BATCHES = 8
 INTERVAL = 3  # compactions at batches 2 and 5
@@ -85,9 +84,7 @@ class Sink:
 
 
 @pytest.fixture(scope="module")
-def sinks(
-    spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
-) -> Dict[str, Sink]:
+def sinks(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Sink]:
     """Two sinks (parquet, json) partitioned by country, written through batchlog: 8 batches,
     compactInterval 3, so the log compacts at batches 2 and 5."""
     work = tmp_path_factory.mktemp("plugin-sinks")
@@ -114,11 +111,7 @@ FORMATS = pytest.mark.parametrize("fmt", list(EXTENSIONS))
 
 def test_commit_protocol_class_matches_jvm(spark: SparkSession) -> None:
     jvm_name = spark._jvm.io.batchlog.BatchLogConf.CommitProtocolClass()  # type: ignore[attr-defined]
-    assert (
-        batchlog.COMMIT_PROTOCOL_CLASS
-        == jvm_name
-        == "io.batchlog.BatchTaggedCommitProtocol"
-    )
+    assert batchlog.COMMIT_PROTOCOL_CLASS == jvm_name == "io.batchlog.BatchTaggedCommitProtocol"
     assert spark.conf.get(COMMIT_PROTOCOL_KEY) == batchlog.COMMIT_PROTOCOL_CLASS
 
 
@@ -130,14 +123,11 @@ def test_data_files_are_named_by_batch(sinks: Dict[str, Sink], fmt: str) -> None
     assert len(files) == sum(countries_of(b) for b in range(BATCHES))
     by_batch: Dict[int, List[str]] = {}
     for p in files:
-        m = re.fullmatch(
-            rf"part-00000-batch-([0-9]+)-{UUID_RE}{EXTENSIONS[fmt]}", p.name
-        )
+        m = re.fullmatch(rf"part-00000-batch-([0-9]+)-{UUID_RE}{EXTENSIONS[fmt]}", p.name)
         assert m, p.name
         by_batch.setdefault(int(m.group(1)), []).append(p.parent.name)
     assert {b: sorted(dirs) for b, dirs in by_batch.items()} == {
-        b: [f"country={c}" for c in ["de", "fr", "jp"][: countries_of(b)]]
-        for b in range(BATCHES)
+        b: [f"country={c}" for c in ["de", "fr", "jp"][: countries_of(b)]] for b in range(BATCHES)
     }
 
 
@@ -160,9 +150,7 @@ def test_log_lines_on_disk(sinks: Dict[str, Sink], fmt: str) -> None:
     for name in log_file_names(out):
         entries = read_log_file(meta / name)
         for e in entries:
-            assert list(e) == TAGGED_FIELDS, (
-                e
-            )  # Spark's fields in Spark's order, batchId last
+            assert list(e) == TAGGED_FIELDS, e  # Spark's fields in Spark's order, batchId last
             assert_entry_matches_disk(e)
             # the batch in the data file's name is the batch in the log line
             assert f"-batch-{e['batchId']}-" in str(e["path"]), e
@@ -201,9 +189,7 @@ def test_sink_log_api(spark: SparkSession, sinks: Dict[str, Sink], fmt: str) -> 
         assert set(files) == by_batch[b]
         for f in files:
             assert log.batch_of(f) == b
-            assert (
-                log.batch_of(f[len("file://") :]) == b
-            )  # a plain local path works too
+            assert log.batch_of(f[len("file://") :]) == b  # a plain local path works too
     assert log.files(BATCHES) == []
     with pytest.raises(batchlog.InvalidArgumentError, match="batch = -1"):
         log.files(-1)
@@ -213,9 +199,7 @@ def test_sink_log_api(spark: SparkSession, sinks: Dict[str, Sink], fmt: str) -> 
 
     entries = log.entries()
     assert entries.columns == TAGGED_FIELDS
-    counts = {
-        r["batchId"]: r["count"] for r in entries.groupBy("batchId").count().collect()
-    }
+    counts = {r["batchId"]: r["count"] for r in entries.groupBy("batchId").count().collect()}
     assert counts == {b: countries_of(b) for b in range(BATCHES)}
     rows = entries.collect()
     assert {r["path"]: r["batchId"] for r in rows} == {
@@ -239,9 +223,7 @@ def test_sink_log_api(spark: SparkSession, sinks: Dict[str, Sink], fmt: str) -> 
             {
                 "batchId": b,
                 "files": countries_of(b),
-                "bytes": sum(
-                    Path(p[len("file://") :]).stat().st_size for p in by_batch[b]
-                ),
+                "bytes": sum(Path(p[len("file://") :]).stat().st_size for p in by_batch[b]),
             }
             for b in range(BATCHES)
         ],
@@ -342,9 +324,7 @@ def _entries(output: Path, name: str) -> List[Dict[str, object]]:
     return read_log_file(output / "_spark_metadata" / name)
 
 
-def test_vanilla_sink_continued_with_plugin(
-    spark: SparkSession, tmp_path: Path
-) -> None:
+def test_vanilla_sink_continued_with_plugin(spark: SparkSession, tmp_path: Path) -> None:
     inbox, out, chk = tmp_path / "input", tmp_path / "out", tmp_path / "chk"
 
     # batches 0, 1 by plain Spark
@@ -358,9 +338,7 @@ def test_vanilla_sink_continued_with_plugin(
         for e in entries:
             assert list(e) == VANILLA_FIELDS, e
             assert "-batch-" not in str(e["path"]), e
-    vanilla_paths = {
-        b: {str(e["path"]) for e in entries} for b, entries in vanilla.items()
-    }
+    vanilla_paths = {b: {str(e["path"]) for e in entries} for b, entries in vanilla.items()}
 
     # batchlog reads the vanilla log: each entry's batch is its per-batch log file
     log = batchlog.SinkLog(spark, str(out))
@@ -412,9 +390,7 @@ def test_vanilla_sink_continued_with_plugin(
     assert set(plain["inputFiles"]) == set().union(*expected.values())
 
 
-def test_plugin_sink_continued_without_plugin_and_back(
-    spark: SparkSession, tmp_path: Path
-) -> None:
+def test_plugin_sink_continued_without_plugin_and_back(spark: SparkSession, tmp_path: Path) -> None:
     inbox, out, chk = tmp_path / "input", tmp_path / "out", tmp_path / "chk"
 
     # batches 0..3 by batchlog (compacts at 2)
@@ -463,13 +439,8 @@ def test_plugin_sink_continued_without_plugin_and_back(
     info = log.inspect()
     untagged = vanilla[4] | vanilla[5]
     assert info["untaggedFiles"] == len(untagged)
-    assert info["untaggedBytes"] == sum(
-        Path(p[len("file://") :]).stat().st_size for p in untagged
-    )
-    counts = {
-        r["batchId"]: r["count"]
-        for r in log.entries().groupBy("batchId").count().collect()
-    }
+    assert info["untaggedBytes"] == sum(Path(p[len("file://") :]).stat().st_size for p in untagged)
+    counts = {r["batchId"]: r["count"] for r in log.entries().groupBy("batchId").count().collect()}
     assert counts == {
         **{b: countries_of(b) for b in (0, 1, 2, 3, 6, 7)},
         None: len(untagged),
@@ -487,9 +458,7 @@ def test_plugin_sink_continued_without_plugin_and_back(
         else:
             assert list(e) == TAGGED_FIELDS, e
             b = int(e["batchId"])  # type: ignore[arg-type]
-            assert (
-                str(e["path"]) in {**tagged, **vanilla, **tagged_files_by_batch(out)}[b]
-            )
+            assert str(e["path"]) in {**tagged, **vanilla, **tagged_files_by_batch(out)}[b]
     log = batchlog.SinkLog(spark, str(out))
     assert log.batches() == [0, 1, 2, 3, 6, 7, 8]
     assert set(log.files(8)) == tagged_files_by_batch(out)[8]
@@ -504,18 +473,16 @@ def test_plugin_sink_continued_without_plugin_and_back(
 
 
 def test_module_under_test_is_this_checkout() -> None:
-    assert Path(batchlog.__file__).parent == Path(__file__).resolve().parents[
-        1
-    ] / "python" / ("batchlog")
+    assert Path(batchlog.__file__).parent == Path(__file__).resolve().parents[1] / "python" / (
+        "batchlog"
+    )
     assert os.path.basename(batchlog.jar_path()) == "batchlog.jar"
 
 
 # ---- awkward paths -----------------------------------------------------------------------------
 
 
-def test_sink_paths_with_special_characters(
-    spark: SparkSession, tmp_path: Path
-) -> None:
+def test_sink_paths_with_special_characters(spark: SparkSession, tmp_path: Path) -> None:
     """Output directories and partition values with characters that are special to URIs, to
     Hadoop globs or to comma-separated path lists: every SinkLog call reads exactly the log."""
     inbox, out = tmp_path / "input", tmp_path / "out,v2 [1]{a,b}"

@@ -12,10 +12,12 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional
+from typing import Dict, List, Optional
 
+import batchlog
 import pyspark
 import pytest
 from conftest import (
@@ -31,8 +33,6 @@ from conftest import (
     tagged_files_by_batch,
 )
 from pyspark.sql import SparkSession
-
-import batchlog
 
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
 SPARK_CLASS = SPARK_HOME / "bin" / "spark-class"
@@ -77,8 +77,7 @@ def _cluster_env(root: Path) -> Dict[str, str]:
     env = {
         k: v
         for k, v in os.environ.items()
-        if k
-        not in ("PYTHONPATH", "BATCHLOG_JAR", "PYSPARK_SUBMIT_ARGS", "SPARK_CONF_DIR")
+        if k not in ("PYTHONPATH", "BATCHLOG_JAR", "PYSPARK_SUBMIT_ARGS", "SPARK_CONF_DIR")
     }
     dirs = {
         "SPARK_LOG_DIR": root / "logs",
@@ -104,9 +103,7 @@ def _cluster_env(root: Path) -> Dict[str, str]:
 
 def _alive_workers(webui_port: int) -> List[Dict[str, object]]:
     try:
-        with urllib.request.urlopen(
-            f"http://127.0.0.1:{webui_port}/json/", timeout=5
-        ) as r:
+        with urllib.request.urlopen(f"http://127.0.0.1:{webui_port}/json/", timeout=5) as r:
             status = json.load(r)
     except OSError:
         return []
@@ -158,9 +155,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         while not _alive_workers(webui):
             for p in procs:
                 if p.poll() is not None:
-                    logs = "\n".join(
-                        f.read_text()[-3000:] for f in log_dir.glob("*.out")
-                    )
+                    logs = "\n".join(f.read_text()[-3000:] for f in log_dir.glob("*.out"))
                     pytest.fail(f"{p.args[1]} exited with {p.returncode}:\n{logs}")
             if time.monotonic() > deadline:
                 logs = "\n".join(f.read_text()[-3000:] for f in log_dir.glob("*.out"))
@@ -174,9 +169,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             stop_group(p)
 
 
-def spark_submit(
-    cluster: Cluster, jar: str, *app_args: str
-) -> subprocess.CompletedProcess:
+def spark_submit(cluster: Cluster, jar: str, *app_args: str) -> subprocess.CompletedProcess:
     cmd = [
         str(SPARK_SUBMIT),
         "--master", cluster.master_url,
@@ -207,18 +200,12 @@ def spark_submit(
     except subprocess.TimeoutExpired:
         stop_group(proc)
         out, err = proc.communicate()
-        pytest.fail(
-            f"spark-submit did not finish in {SUBMIT_TIMEOUT_S}s:\n{out}\n{err[-5000:]}"
-        )
+        pytest.fail(f"spark-submit did not finish in {SUBMIT_TIMEOUT_S}s:\n{out}\n{err[-5000:]}")
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
 def _result_line(stdout: str) -> Optional[Dict[str, object]]:
-    lines = [
-        line
-        for line in stdout.splitlines()
-        if line.startswith("EXAMPLE-STREAM-RESULT ")
-    ]
+    lines = [line for line in stdout.splitlines() if line.startswith("EXAMPLE-STREAM-RESULT ")]
     return json.loads(lines[0].split(" ", 1)[1]) if len(lines) == 1 else None
 
 
@@ -241,9 +228,7 @@ def test_spark_submit_to_standalone_cluster(
     # The tasks ran in executor JVMs the worker launched, which fetched the jar from the driver.
     app_dirs = list(cluster.work_dir.glob("app-*"))
     assert len(app_dirs) == 1, app_dirs
-    executor_logs = [
-        (d / "stderr").read_text() for d in app_dirs[0].iterdir() if d.is_dir()
-    ]
+    executor_logs = [(d / "stderr").read_text() for d in app_dirs[0].iterdir() if d.is_dir()]
     assert len(executor_logs) == 2
     assert any("Running task" in log for log in executor_logs)
     assert all("batchlog.jar" in log for log in executor_logs)
@@ -274,6 +259,4 @@ def test_spark_submit_to_standalone_cluster(
 
     [plain] = read_back_plain([("parquet", str(out))])
     assert plain["count"] == 4 * BATCHES
-    assert row_tuples(plain["rows"]) == row_tuples(
-        r for rows in inputs.values() for r in rows
-    )
+    assert row_tuples(plain["rows"]) == row_tuples(r for rows in inputs.values() for r in rows)

@@ -43,9 +43,7 @@ def main(input_dir: str, output_dir: str, checkpoint_dir: str) -> None:
     executors = len(jsc.sc().statusTracker().getExecutorInfos()) - 1  # minus the driver
     result = {
         "batches": [int(p["batchId"]) for p in query.recentProgress],
-        "commitProtocolClass": spark.conf.get(
-            "spark.sql.streaming.commitProtocolClass"
-        ),
+        "commitProtocolClass": spark.conf.get("spark.sql.streaming.commitProtocolClass"),
         "master": spark.sparkContext.master,
         "executors": executors,
     }

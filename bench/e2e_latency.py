@@ -1,0 +1,94 @@
+"""Per-batch commit latency of a real streaming query, with and without batchlog.
+
+The same query (JSON file source, one input file per batch, parquet sink partitioned by a
+column, compactInterval 10) runs over the same input twice per round, once with Spark's
+ManifestFileCommitProtocol and once with batchlog's, alternating which goes first. For each
+batch it takes the sink's ``addBatch`` duration from the query's progress (what the commit
+protocol adds to), and prints mean and median per configuration and the batchlog/vanilla ratio.
+
+Usage: python bench/e2e_latency.py [--batches 60] [--rounds 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
+
+import batchlog  # noqa: E402
+from pyspark.sql import SparkSession  # noqa: E402
+
+VANILLA = "org.apache.spark.sql.execution.streaming.ManifestFileCommitProtocol"
+
+
+def run(spark: SparkSession, inbox: Path, work: Path, protocol: str) -> list[float]:
+    shutil.rmtree(work, ignore_errors=True)
+    spark.conf.set("spark.sql.streaming.commitProtocolClass", protocol)
+    df = (
+        spark.readStream.schema("id LONG, country STRING")
+        .option("maxFilesPerTrigger", 1)
+        .json(str(inbox))
+    )
+    q = (
+        df.writeStream.format("parquet")
+        .partitionBy("country")
+        .option("checkpointLocation", str(work / "ck"))
+        .trigger(availableNow=True)
+        .start(str(work / "out"))
+    )
+    q.awaitTermination()
+    return [float(p["durationMs"]["addBatch"]) for p in q.recentProgress if p["numInputRows"] > 0]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--batches", type=int, default=60)
+    ap.add_argument("--rounds", type=int, default=2)
+    args = ap.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="batchlog-e2e-"))
+    inbox = root / "in"
+    inbox.mkdir()
+    for b in range(args.batches):
+        f = inbox / f"f{b:04d}.json"
+        f.write_text(
+            "\n".join(json.dumps({"id": b * 100 + i, "country": f"c{i % 4}"}) for i in range(100))
+        )
+        os.utime(f, (1_000_000 + b, 1_000_000 + b))
+    spark = (
+        batchlog.configure(SparkSession.builder)
+        .master("local[2]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.streaming.numRecentProgressUpdates", str(args.batches + 10))
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    spark.conf.set("spark.sql.streaming.fileSink.log.compactInterval", "10")
+    run(spark, inbox, root / "warmup", VANILLA)  # JIT and caches warm for both
+    lat: dict[str, list[float]] = {"vanilla": [], "batchlog": []}
+    for r in range(args.rounds):
+        order = [("vanilla", VANILLA), ("batchlog", batchlog.COMMIT_PROTOCOL_CLASS)]
+        for name, proto in order if r % 2 == 0 else reversed(order):
+            lat[name] += run(spark, inbox, root / name, proto)
+    print(f"\nper-batch addBatch latency, {args.batches} batches x {args.rounds} rounds")
+    print(f"{'':10} {'mean ms':>9} {'median ms':>10} {'batches':>8}")
+    for name, xs in lat.items():
+        print(f"{name:10} {statistics.mean(xs):9.1f} {statistics.median(xs):10.1f} {len(xs):8d}")
+    ratio = statistics.mean(lat["batchlog"]) / statistics.mean(lat["vanilla"])
+    med = statistics.median(lat["batchlog"]) / statistics.median(lat["vanilla"])
+    print(f"ratio batchlog/vanilla: mean {ratio:.3f}, median {med:.3f}")
+    verdict = "MET" if med <= 1.05 else "NOT MET"
+    print(f"target: per-batch commit latency within 5% of vanilla (median): {verdict}")
+    spark.stop()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
