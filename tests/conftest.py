@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Set
+from typing import Any
 
 import pytest
 
@@ -96,7 +96,7 @@ def spark(batchlog_jar: str) -> Iterator[SparkSession]:
 @contextmanager
 def session_conf(spark: SparkSession, conf: Mapping[str, str]) -> Iterator[None]:
     """Sets session confs for the block, restoring the previous values after it."""
-    before: Dict[str, Optional[str]] = {k: spark.conf.get(k, None) for k in conf}
+    before: dict[str, str | None] = {k: spark.conf.get(k, None) for k in conf}
     for k, v in conf.items():
         spark.conf.set(k, v)
     try:
@@ -112,7 +112,7 @@ def session_conf(spark: SparkSession, conf: Mapping[str, str]) -> Iterator[None]
 # ---- streaming helpers -------------------------------------------------------------------------
 
 
-def batch_rows(batch: int, n_countries: int, rows: int = 4) -> List[Dict[str, Any]]:
+def batch_rows(batch: int, n_countries: int, rows: int = 4) -> list[dict[str, Any]]:
     """Input rows for one micro-batch: ``rows`` rows over the first ``n_countries`` countries."""
     countries = COUNTRIES[:n_countries]
     return [
@@ -121,7 +121,7 @@ def batch_rows(batch: int, n_countries: int, rows: int = 4) -> List[Dict[str, An
     ]
 
 
-def drop_inputs(input_dir: Path, batches: Mapping[int, Sequence[Dict[str, Any]]]) -> None:
+def drop_inputs(input_dir: Path, batches: Mapping[int, Sequence[dict[str, Any]]]) -> None:
     """Writes one JSON-lines file per batch, ``events-<batch>.json``.
 
     Each file's modification time is a fixed offset per batch, so the file source (which orders
@@ -142,7 +142,7 @@ def run_stream(
     checkpoint_dir: Path,
     fmt: str = "parquet",
     partition_by: Sequence[str] = ("country",),
-) -> List[int]:
+) -> list[int]:
     """Runs a file-source -> file-sink query with ``availableNow`` and one file per batch.
 
     Waits for it to finish, fails on a query error, and returns the batch ids it ran.
@@ -167,28 +167,28 @@ def run_stream(
 # ---- reading the sink from outside -------------------------------------------------------------
 
 
-def read_log_file(path: Path) -> List[Dict[str, Any]]:
+def read_log_file(path: Path) -> list[dict[str, Any]]:
     """The entries of one ``_spark_metadata`` file; asserts its ``v1`` header."""
     lines = path.read_text().split("\n")
     assert lines[0] == "v1", f"{path}: header {lines[0]!r}"
     return [json.loads(line) for line in lines[1:]]
 
 
-def raw_log_lines(path: Path) -> List[str]:
+def raw_log_lines(path: Path) -> list[str]:
     """The entry lines (text) of one ``_spark_metadata`` file, header excluded."""
     lines = path.read_text().split("\n")
     assert lines[0] == "v1", f"{path}: header {lines[0]!r}"
     return lines[1:]
 
 
-def log_file_names(output_dir: Path) -> List[str]:
+def log_file_names(output_dir: Path) -> list[str]:
     """Names of the log files ``N`` / ``N.compact`` in the sink's ``_spark_metadata``."""
     meta = output_dir / "_spark_metadata"
     names = [p.name for p in meta.iterdir() if re.fullmatch(r"[0-9]+(\.compact)?", p.name)]
     return sorted(names, key=lambda n: int(n.split(".")[0]))
 
 
-def data_files(output_dir: Path) -> List[Path]:
+def data_files(output_dir: Path) -> list[Path]:
     """Every data file under the sink's output directory (not the log, not checksums)."""
     return sorted(
         p
@@ -202,9 +202,9 @@ def uri(path: Path) -> str:
     return "file://" + str(path.resolve())
 
 
-def tagged_files_by_batch(output: Path) -> Dict[int, Set[str]]:
+def tagged_files_by_batch(output: Path) -> dict[int, set[str]]:
     """Data files on disk whose batch-tagged name says which batch wrote them, by batch."""
-    out: Dict[int, Set[str]] = {}
+    out: dict[int, set[str]] = {}
     for p in data_files(output):
         m = re.fullmatch(rf"part-[0-9]{{5}}-batch-([0-9]+)-{UUID_RE}\..*", p.name)
         if m:
@@ -227,7 +227,7 @@ def assert_entry_matches_disk(entry: Mapping[str, object]) -> None:
     assert entry["action"] == "add", entry
 
 
-def _plain_env() -> Dict[str, str]:
+def _plain_env() -> dict[str, str]:
     env = {
         k: v
         for k, v in os.environ.items()
@@ -270,7 +270,7 @@ print("PLAIN-READER-RESULT " + json.dumps(out))
 """
 
 
-def read_back_plain(sinks: Iterable[Sequence[str]]) -> List[Dict[str, Any]]:
+def read_back_plain(sinks: Iterable[Sequence[str]]) -> list[dict[str, Any]]:
     """Reads sinks back in a separate Python process running plain PySpark, without batchlog.
 
     ``sinks`` is ``[(format, output_dir), ...]``. The process has no batchlog jar (``spark.jars``
@@ -297,16 +297,16 @@ def read_back_plain(sinks: Iterable[Sequence[str]]) -> List[Dict[str, Any]]:
     assert result["spark.jars"] == ""
     assert result["batchlogClassLoadable"] is False
     assert result["commitProtocolClass"] == VANILLA_COMMIT_PROTOCOL
-    sinks_out: List[Dict[str, Any]] = result["sinks"]
+    sinks_out: list[dict[str, Any]] = result["sinks"]
     return sinks_out
 
 
-def row_tuples(rows: Iterable[Mapping[str, Any]]) -> List[tuple]:
+def row_tuples(rows: Iterable[Mapping[str, Any]]) -> list[tuple]:
     """``(id, country, amount)`` for each row, sorted: comparable across formats."""
     return sorted((int(r["id"]), str(r["country"]), int(r["amount"])) for r in rows)
 
 
-def subprocess_env(extra: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
+def subprocess_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment for a subprocess that imports this checkout's ``batchlog``."""
     env = _plain_env()
     env["PYTHONPATH"] = str(PYTHON_DIR)

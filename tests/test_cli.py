@@ -5,7 +5,6 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, List, Tuple
 
 import batchlog
 import pytest
@@ -48,7 +47,7 @@ def files_of(batch: int) -> int:
 
 
 @pytest.fixture(scope="module")
-def sinks(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Path]:
+def sinks(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """``tagged``: a json sink written through batchlog, batches 0..4, compactInterval 3.
 
     ``mixed``: batches 0..2 through batchlog, then 3..5 by plain Spark, whose compaction at 5
@@ -79,9 +78,9 @@ def sinks(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Dict
     return {"tagged": tagged, "mixed": mixed}
 
 
-def batch_table(output: Path) -> List[Tuple[int, int, int]]:
+def batch_table(output: Path) -> list[tuple[int, int, int]]:
     """(batch, files, bytes) per tagged batch, from the batch-tagged data file names on disk."""
-    per: Dict[int, Tuple[int, int]] = {}
+    per: dict[int, tuple[int, int]] = {}
     for p in data_files(output):
         if "-batch-" in p.name:
             b = int(p.name.split("-batch-")[1].split("-")[0])
@@ -90,7 +89,7 @@ def batch_table(output: Path) -> List[Tuple[int, int, int]]:
     return [(b, n, size) for b, (n, size) in sorted(per.items())]
 
 
-def expected_table(rows: List[Tuple[int, int, int]]) -> List[str]:
+def expected_table(rows: list[tuple[int, int, int]]) -> list[str]:
     sizes = [human(size) for _, _, size in rows]
     assert all(size < 100_000 for _, _, size in rows)  # the bytes column stays 5 wide
     w = max([len("size")] + [len(s) for s in sizes])
@@ -99,12 +98,12 @@ def expected_table(rows: List[Tuple[int, int, int]]) -> List[str]:
     return out
 
 
-def log_bytes(output: Path) -> Tuple[int, int]:
+def log_bytes(output: Path) -> tuple[int, int]:
     names = log_file_names(output)
     return len(names), sum((output / "_spark_metadata" / n).stat().st_size for n in names)
 
 
-def test_inspect(sinks: Dict[str, Path]) -> None:
+def test_inspect(sinks: dict[str, Path]) -> None:
     out = sinks["tagged"]
     rows = batch_table(out)
     assert [(b, n) for b, n, _ in rows] == [(0, 1), (1, 2), (2, 3), (3, 1), (4, 2)]
@@ -125,7 +124,7 @@ def test_inspect(sinks: Dict[str, Path]) -> None:
     ]
 
 
-def test_inspect_mixed_log_reports_untagged_files(sinks: Dict[str, Path]) -> None:
+def test_inspect_mixed_log_reports_untagged_files(sinks: dict[str, Path]) -> None:
     out = sinks["mixed"]
     assert log_file_names(out) == ["0", "1", "2.compact", "3", "4", "5.compact"]
     rows = batch_table(out)
@@ -150,7 +149,7 @@ def test_inspect_mixed_log_reports_untagged_files(sinks: Dict[str, Path]) -> Non
     ]
 
 
-def test_files(sinks: Dict[str, Path]) -> None:
+def test_files(sinks: dict[str, Path]) -> None:
     out = sinks["tagged"]
     meta = out / "_spark_metadata"
     # batch 1 now lives in 2.compact; batch 4 in its own log file 4
@@ -178,7 +177,7 @@ def test_not_a_sink_exits_2(tmp_path: Path) -> None:
     )
 
 
-def test_bad_arguments_exit_2(sinks: Dict[str, Path]) -> None:
+def test_bad_arguments_exit_2(sinks: dict[str, Path]) -> None:
     proc = cli("files", str(sinks["tagged"]))  # argparse: no JVM started
     assert proc.returncode == 2
     assert proc.stdout == ""

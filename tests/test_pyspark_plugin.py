@@ -6,9 +6,9 @@ from __future__ import annotations
 import os
 import re
 import shutil
+from contextlib import AbstractContextManager as ContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ContextManager, Dict, List
 
 import batchlog
 import pytest
@@ -45,11 +45,11 @@ def countries_of(batch: int) -> int:
     return batch % 3 + 1
 
 
-def inputs(batches: range) -> Dict[int, List[Dict[str, object]]]:
+def inputs(batches: range) -> dict[int, list[dict[str, object]]]:
     return {b: batch_rows(b, countries_of(b)) for b in batches}
 
 
-def expected_rows(batches: range) -> List[tuple]:
+def expected_rows(batches: range) -> list[tuple]:
     return row_tuples(r for rows in inputs(batches).values() for r in rows)
 
 
@@ -80,11 +80,11 @@ def without_plugin(spark: SparkSession) -> ContextManager[None]:
 class Sink:
     fmt: str
     output: Path
-    batches_run: List[int]
+    batches_run: list[int]
 
 
 @pytest.fixture(scope="module")
-def sinks(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Sink]:
+def sinks(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Sink]:
     """Two sinks (parquet, json) partitioned by country, written through batchlog: 8 batches,
     compactInterval 3, so the log compacts at batches 2 and 5."""
     work = tmp_path_factory.mktemp("plugin-sinks")
@@ -99,7 +99,7 @@ def sinks(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Dict
 
 
 @pytest.fixture(scope="module")
-def plain_readback(sinks: Dict[str, Sink]) -> Dict[str, Dict[str, object]]:
+def plain_readback(sinks: dict[str, Sink]) -> dict[str, dict[str, object]]:
     """Both sinks read back by one plain-Spark process without the batchlog jar."""
     fmts = list(sinks)
     results = read_back_plain([(fmt, str(sinks[fmt].output)) for fmt in fmts])
@@ -116,12 +116,12 @@ def test_commit_protocol_class_matches_jvm(spark: SparkSession) -> None:
 
 
 @FORMATS
-def test_data_files_are_named_by_batch(sinks: Dict[str, Sink], fmt: str) -> None:
+def test_data_files_are_named_by_batch(sinks: dict[str, Sink], fmt: str) -> None:
     sink = sinks[fmt]
     assert sink.batches_run == list(range(BATCHES))
     files = data_files(sink.output)
     assert len(files) == sum(countries_of(b) for b in range(BATCHES))
-    by_batch: Dict[int, List[str]] = {}
+    by_batch: dict[int, list[str]] = {}
     for p in files:
         m = re.fullmatch(rf"part-00000-batch-([0-9]+)-{UUID_RE}{EXTENSIONS[fmt]}", p.name)
         assert m, p.name
@@ -132,7 +132,7 @@ def test_data_files_are_named_by_batch(sinks: Dict[str, Sink], fmt: str) -> None
 
 
 @FORMATS
-def test_log_lines_on_disk(sinks: Dict[str, Sink], fmt: str) -> None:
+def test_log_lines_on_disk(sinks: dict[str, Sink], fmt: str) -> None:
     out = sinks[fmt].output
     meta = out / "_spark_metadata"
     assert log_file_names(out) == [
@@ -168,7 +168,7 @@ def test_log_lines_on_disk(sinks: Dict[str, Sink], fmt: str) -> None:
             assert {str(e["path"]) for e in entries} == by_batch[n]
 
     # Compaction copies the previous compact file and the batch files since, line for line.
-    def lines(name: str) -> List[str]:
+    def lines(name: str) -> list[str]:
         return raw_log_lines(meta / name)
 
     assert lines("2.compact")[:3] == lines("0") + lines("1")
@@ -176,7 +176,7 @@ def test_log_lines_on_disk(sinks: Dict[str, Sink], fmt: str) -> None:
 
 
 @FORMATS
-def test_sink_log_api(spark: SparkSession, sinks: Dict[str, Sink], fmt: str) -> None:
+def test_sink_log_api(spark: SparkSession, sinks: dict[str, Sink], fmt: str) -> None:
     out = sinks[fmt].output
     by_batch = tagged_files_by_batch(out)
     log = batchlog.SinkLog(spark, str(out))
@@ -232,7 +232,7 @@ def test_sink_log_api(spark: SparkSession, sinks: Dict[str, Sink], fmt: str) -> 
 
 @FORMATS
 def test_plain_spark_reads_the_sink(
-    sinks: Dict[str, Sink], plain_readback: Dict[str, Dict[str, object]], fmt: str
+    sinks: dict[str, Sink], plain_readback: dict[str, dict[str, object]], fmt: str
 ) -> None:
     result = plain_readback[fmt]
     assert result["count"] == 4 * BATCHES
@@ -309,7 +309,9 @@ def test_corrupt_log_names_the_file(
 
     log = batchlog.SinkLog(spark, str(out))
     assert log.latest_batch() == 1  # finding the latest batch does not read entries
-    for call in (log.batches, lambda: log.files(0), log.inspect):
+    # files(0) reads only batch 0's log file (the point of the index); files(1) reads the bad one
+    assert log.files(0) == batchlog.SinkLog(spark, str(small_sink)).files(0)
+    for call in (log.batches, lambda: log.files(1), log.inspect):
         with pytest.raises(batchlog.CorruptLogError, match=expected) as info:
             call()
         assert f"Sink log file file:{bad}" in str(info.value)
@@ -320,7 +322,7 @@ def test_corrupt_log_names_the_file(
 # ---- mixed logs: plain Spark and batchlog writing the same sink ----------------------------------
 
 
-def _entries(output: Path, name: str) -> List[Dict[str, object]]:
+def _entries(output: Path, name: str) -> list[dict[str, object]]:
     return read_log_file(output / "_spark_metadata" / name)
 
 

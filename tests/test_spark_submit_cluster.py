@@ -15,7 +15,6 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional
 
 import batchlog
 import pyspark
@@ -68,12 +67,12 @@ def stop_group(proc: subprocess.Popen) -> None:
 @dataclass
 class Cluster:
     master_url: str
-    env: Dict[str, str]
+    env: dict[str, str]
     work_dir: Path
     log_dir: Path
 
 
-def _cluster_env(root: Path) -> Dict[str, str]:
+def _cluster_env(root: Path) -> dict[str, str]:
     env = {
         k: v
         for k, v in os.environ.items()
@@ -101,7 +100,7 @@ def _cluster_env(root: Path) -> Dict[str, str]:
     return env
 
 
-def _alive_workers(webui_port: int) -> List[Dict[str, object]]:
+def _alive_workers(webui_port: int) -> list[dict[str, object]]:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{webui_port}/json/", timeout=5) as r:
             status = json.load(r)
@@ -117,7 +116,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     port, webui, worker_webui = free_port(), free_port(), free_port()
     master_url = f"spark://127.0.0.1:{port}"
     log_dir = Path(env["SPARK_LOG_DIR"])
-    procs: List[subprocess.Popen] = []
+    procs: list[subprocess.Popen] = []
 
     def start(name: str, *args: str) -> subprocess.Popen:
         out = open(log_dir / f"{name}.out", "wb")
@@ -204,7 +203,7 @@ def spark_submit(cluster: Cluster, jar: str, *app_args: str) -> subprocess.Compl
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
-def _result_line(stdout: str) -> Optional[Dict[str, object]]:
+def _result_line(stdout: str) -> dict[str, object] | None:
     lines = [line for line in stdout.splitlines() if line.startswith("EXAMPLE-STREAM-RESULT ")]
     return json.loads(lines[0].split(" ", 1)[1]) if len(lines) == 1 else None
 
