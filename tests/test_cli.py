@@ -118,10 +118,18 @@ def test_inspect(sinks: dict[str, Path]) -> None:
         "latest batch    4",
         "compaction      every 3 batches; latest 2.compact; next at batch 5",
         f"log files       5 ({human(logs_size)})",
+        "rewind horizon  batch 0 (sink lineage 0; pass --checkpoint for the checkpoint's)",
         f"live files      9 ({human(total)}) in 5 batches",
         "",
         *expected_table(rows),
     ]
+    # with the checkpoint: Spark keeps every offset and commit of 5 batches (minBatchesToRetain 100)
+    proc = cli("inspect", str(out), "--checkpoint", str(out.parent / "chk-tagged"))
+    assert proc.returncode == 0, proc.stderr
+    assert (
+        "rewind horizon  batch 0 (sink lineage 0, checkpoint 0 (minBatchesToRetain 100))"
+        in proc.stdout.splitlines()
+    )
 
 
 def test_inspect_mixed_log_reports_untagged_files(sinks: dict[str, Path]) -> None:
@@ -142,6 +150,8 @@ def test_inspect_mixed_log_reports_untagged_files(sinks: dict[str, Path]) -> Non
         "latest batch    5",
         "compaction      every 3 batches; latest 5.compact; next at batch 8",
         f"log files       6 ({human(logs_size)})",
+        # plain Spark's 5.compact holds untagged entries: their batch is only known to be <= 5
+        "rewind horizon  batch 6 (sink lineage 6; pass --checkpoint for the checkpoint's)",
         f"live files      12 ({human(total)}) in 3 batches",
         f"untagged        6 files ({human(untagged_size)}) have no provable batch",
         "",

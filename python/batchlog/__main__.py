@@ -34,7 +34,7 @@ def _session(confs: list[str]) -> SparkSession:
 
 
 def cmd_inspect(spark: SparkSession, args: argparse.Namespace) -> int:
-    info = batchlog.SinkLog(spark, args.path).inspect()
+    info = batchlog.SinkLog(spark, args.path).inspect(args.checkpoint)
     latest = info["latestBatch"]
     print(f"sink            {info['outputPath']}")
     print(f"latest batch    {latest if latest >= 0 else '(none)'}")
@@ -43,6 +43,15 @@ def cmd_inspect(spark: SparkSession, args: argparse.Namespace) -> int:
         f"{info.get('latestCompact') or '(none yet)'}; next at batch {info['nextCompactionBatch']}"
     )
     print(f"log files       {info['logFiles']} ({human_bytes(info['logBytes'])})")
+    h = info["horizon"]
+    if h.get("checkpointHorizon") is None:
+        where = f"sink lineage {h['sinkHorizon']}; pass --checkpoint for the checkpoint's"
+    else:
+        where = (
+            f"sink lineage {h['sinkHorizon']}, checkpoint {h['checkpointHorizon']} "
+            f"(minBatchesToRetain {h['minBatchesToRetain']})"
+        )
+    print(f"rewind horizon  batch {h['horizon']} ({where})")
     batches = info["batches"]
     files = sum(b["files"] for b in batches) + info["untaggedFiles"]
     size = sum(b["bytes"] for b in batches) + info["untaggedBytes"]
@@ -152,6 +161,7 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     s = sub.add_parser("inspect", help="batches, entry counts, sizes and compaction state")
     s.add_argument("path", help="the sink's output directory (holds _spark_metadata)")
+    s.add_argument("--checkpoint", help="the query's checkpointLocation, to include its horizon")
     s.set_defaults(fn=cmd_inspect)
     s = sub.add_parser("files", help="the live files one batch wrote")
     s.add_argument("path", help="the sink's output directory")

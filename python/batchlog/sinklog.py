@@ -62,8 +62,17 @@ class SinkLog:
         with jvm_errors():
             return DataFrame(self._j.entries(), self._spark)
 
-    def inspect(self) -> dict[str, Any]:
-        """Compaction state, log files and per-batch file counts and bytes."""
+    def inspect(self, checkpoint: str | None = None) -> dict[str, Any]:
+        """Compaction state, log files, per-batch file counts and bytes, and the rewind horizon.
+
+        ``horizon`` is the oldest batch a rewind can reach: the sink's tagged lineage and, given
+        the query's ``checkpoint``, what the checkpoint retains (``minBatchesToRetain``).
+        """
         with jvm_errors():
             result: dict[str, Any] = json.loads(self._j.inspectJson())
+            result["horizon"] = json.loads(
+                batchlog_package(self._spark).Operations.horizon(
+                    jsession(self._spark), self.path, checkpoint
+                )
+            )
         return result

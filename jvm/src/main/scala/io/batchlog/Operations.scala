@@ -5,7 +5,7 @@ import org.json4s.JsonDSL._
 
 import org.apache.spark.sql.{DataFrame, SparkSession}
 
-import io.batchlog.ops.{Adopt, ReadByBatch, Rewind}
+import io.batchlog.ops.{Adopt, Horizon, ReadByBatch, Rewind}
 
 /**
  * The operations the Python facade and CLI call, in Java-friendly types (strings, longs, booleans,
@@ -26,6 +26,10 @@ object Operations {
     val result = if (dryRun) None else Some(parse(Rewind.apply(spark, plan, quiet)))
     compact(render(("plan" -> parse(plan.toJson)) ~ ("result" -> result)))
   }
+
+  /** The rewind horizon of a sink, and of its query's checkpoint when given (may be null). */
+  def horizon(spark: SparkSession, sinkPath: String, checkpointPath: String): String =
+    Horizon.json(spark, sinkPath, Option(checkpointPath))
 
   def adopt(spark: SparkSession, sinkPath: String, dryRun: Boolean, quiet: Boolean): String =
     Adopt.run(spark, sinkPath, dryRun, quiet)

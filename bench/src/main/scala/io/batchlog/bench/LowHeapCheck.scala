@@ -11,11 +11,11 @@ import io.batchlog.log.{BatchTaggedFileStreamSinkLog, SinkLogEntry}
 import io.batchlog.ops.ReadByBatch
 
 /**
- * batchlog in a driver with a small heap (run with -Xmx256m): builds a log of `--entries`
- * (default 10M) entries through every compaction, then calls `files(batch)` for the first,
- * middle and last batch, counts `entries()` through Spark, and reads the sink's rows of the last
- * batch (whose entries point at real parquet files) through `batchlog.read`. Prints each step's
- * time and the JVM's max heap; any OutOfMemoryError fails the run.
+ * batchlog in a driver with a small heap (run with -Xmx256m): builds a log of `--entries` (default
+ * 10M) entries through every compaction, then calls `files(batch)` for the first, middle and last
+ * batch, counts `entries()` through Spark, and reads the sink's rows of the last batch (whose
+ * entries point at real parquet files) through `batchlog.read`. Prints each step's time and the
+ * JVM's max heap; any OutOfMemoryError fails the run.
  */
 object LowHeapCheck {
   def main(args: Array[String]): Unit = {
@@ -29,7 +29,9 @@ object LowHeapCheck {
       .config("spark.testing.memory", (512L << 20).toString) // accept a heap below 450 MiB
       .getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
-    println(f"max heap ${Runtime.getRuntime.maxMemory() >> 20} MiB; $batches batches x $perBatch%,d entries; dir $root")
+    println(
+      f"max heap ${Runtime.getRuntime.maxMemory() >> 20} MiB; $batches batches x $perBatch%,d entries; dir $root"
+    )
     def timed[A](what: String)(body: => A): A = {
       val t0 = System.nanoTime(); val r = body
       println(f"$what%-52s ${(System.nanoTime() - t0) / 1e6}%,10.1f ms  -> $r")
@@ -44,10 +46,20 @@ object LowHeapCheck {
     val realFiles = fs.listStatus(new Path(dataDir)).filter(_.getPath.getName.endsWith(".parquet"))
     val last = batches - 1
     val realEntries = realFiles.zipWithIndex.map { case (st, i) =>
-      val dest = new Path(out.toString, f"part-$i%05d-batch-$last-00000000-0000-0000-0000-${i}%012d.parquet")
+      val dest =
+        new Path(out.toString, f"part-$i%05d-batch-$last-00000000-0000-0000-0000-${i}%012d.parquet")
       fs.mkdirs(dest.getParent); fs.rename(st.getPath, dest)
       val s = fs.getFileStatus(dest)
-      SinkLogEntry(dest.toUri.toString, s.getLen, isDir = false, s.getModificationTime, 1, s.getBlockSize, "add", Some(last.toLong))
+      SinkLogEntry(
+        dest.toUri.toString,
+        s.getLen,
+        isDir = false,
+        s.getModificationTime,
+        1,
+        s.getBlockSize,
+        "add",
+        Some(last.toLong)
+      )
     }
 
     val log = new BatchTaggedFileStreamSinkLog(spark, out.resolve("_spark_metadata").toString)
@@ -61,7 +73,9 @@ object LowHeapCheck {
       s"latest batch ${log.getLatestBatchId().get}"
     }
     val api = new SinkLogApi(spark, out.toString)
-    Seq(0, batches / 2, last).foreach(b => timed(s"files(batch $b)")(s"${api.files(b).length} files"))
+    Seq(0, batches / 2, last).foreach(b =>
+      timed(s"files(batch $b)")(s"${api.files(b).length} files")
+    )
     timed("entries().count() (read by Spark)")(api.entries().count())
     timed(s"read(from_batch=$last, to_batch=$last).count()") {
       ReadByBatch(spark, out.toString, "parquet", Some(last.toLong), Some(last.toLong)).count()

@@ -88,6 +88,42 @@ final case class RewindPlan(
  * exists the commit protocol refuses the sink, so a query restarted on a half-rewound sink fails
  * instead of silently skipping batches.
  */
+/**
+ * The rewind horizon: the oldest batch a rewind can reach, the later of the sink's tagged lineage
+ * and what the checkpoint retains.
+ */
+object Horizon {
+
+  /**
+   * A rewind to N > 0 needs `offsets/N-1` and `commits/N-1` (and `offsets/N` for exact replay);
+   * Spark purges both below `latest - minBatchesToRetain`.
+   */
+  def ofCheckpoint(offsets: Seq[Long], commits: Seq[Long]): Long =
+    if (offsets.isEmpty || offsets.head == 0) 0L
+    else math.max(offsets.head, commits.headOption.getOrElse(offsets.head)) + 1
+
+  /** Untagged entries can only be in the latest compact file: their batch is <= its id. */
+  def ofSink(log: BatchTaggedFileStreamSinkLog): Long =
+    log.liveLogBatchIds().headOption.filter(log.isCompactFile) match {
+      case Some(c) if log.indexOf(c).runs.exists(_.batchId.isEmpty) => c + 1
+      case _ => 0L
+    }
+
+  /** JSON for `inspect`: the sink's horizon and, given a checkpoint, the checkpoint's. */
+  def json(spark: SparkSession, sinkPath: String, checkpointPath: Option[String]): String = {
+    val log =
+      new BatchTaggedFileStreamSinkLog(spark, SinkLogApi.metadataPathOf(spark, sinkPath).toString)
+    val sink = ofSink(log)
+    val cp = checkpointPath.map { p =>
+      val c = new QueryCheckpoint(spark, p)
+      ofCheckpoint(c.offsetIds, c.commitIds)
+    }
+    compact(render(("sinkHorizon" -> sink) ~ ("checkpointHorizon" -> cp) ~
+      ("horizon" -> cp.map(math.max(_, sink)).getOrElse(sink)) ~
+      ("minBatchesToRetain" -> BatchLogConf.sinkLogSettings(spark).minBatchesToRetain)))
+  }
+}
+
 object Rewind {
 
   val Steps: Seq[String] =
@@ -125,17 +161,11 @@ object Rewind {
     // The sink: data files of batches >= N, and how far back the tagged lineage reaches.
     val dataFiles = mutable.ArrayBuffer.empty[DataFileToDelete]
     val logged = mutable.HashSet.empty[String]
-    var sinkHorizon = 0L
-    // Untagged entries can only sit in the latest compact file: their batch is <= its id.
-    val latestCompact = log.liveLogBatchIds().headOption.filter(log.isCompactFile)
-    log.foreachLiveEntryWhere(_.forall(_ >= toBatch)) { e =>
-      e.batchId match {
-        case Some(b) =>
-          val p = SparkPath.fromUrlString(e.path).toPath
-          dataFiles += DataFileToDelete(p, e.size, b, logged = true)
-          logged += p.toUri.getPath
-        case None => sinkHorizon = math.max(sinkHorizon, latestCompact.getOrElse(-1L) + 1)
-      }
+    val sinkHorizon = Horizon.ofSink(log)
+    log.foreachLiveEntryWhere(_.exists(_ >= toBatch)) { e =>
+      val p = SparkPath.fromUrlString(e.path).toPath
+      dataFiles += DataFileToDelete(p, e.size, e.batchId.get, logged = true)
+      logged += p.toUri.getPath
     }
     OutputFiles.foreachDataFile(sink.getFileSystem(hadoopConf), sink) { f =>
       DataFileNaming.batchIdOf(f.getPath.getName).foreach { b =>
@@ -157,9 +187,7 @@ object Rewind {
           s"$sinkLatest: they are not the checkpoint and sink of one query"
       )
     }
-    val checkpointHorizon =
-      if (offsets.isEmpty || offsets.head == 0) 0L
-      else math.max(offsets.head, commits.headOption.getOrElse(offsets.head)) + 1
+    val checkpointHorizon = Horizon.ofCheckpoint(offsets, commits)
     if (toBatch < sinkHorizon || toBatch < checkpointHorizon) {
       val why =
         if (toBatch < sinkHorizon) {
