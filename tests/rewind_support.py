@@ -27,6 +27,10 @@ import batchlog  # noqa: E402
 from pyspark.sql import DataFrame, SparkSession  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
+# The shared venv has an editable install of another checkout's batchlog: make sure the package
+# (and so the jar) under test is this worktree's. Test modules import batchlog from here.
+assert Path(batchlog.__file__).resolve().parent == PYTHON_DIR / "batchlog", batchlog.__file__
+
 VENV_PYTHON = REPO / ".venv" / "bin" / "python"
 
 SINK_COMPACT = "spark.sql.streaming.fileSink.log.compactInterval"
@@ -215,9 +219,9 @@ REWIND_STEPS = [
     "data-files",
     "sink-log",
     "state",
-    "source-logs",
     "commits",
     "offsets",
+    "source-logs",
     "done",
 ]
 

@@ -13,12 +13,12 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-import batchlog
 import pytest
 import rewind_support as rs
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
+from rewind_support import batchlog
 
 N_BATCHES = 20
 
@@ -172,6 +172,28 @@ def test_dry_run_changes_nothing_and_plans_exactly(spark: SparkSession, sink: rs
     assert plan["commitsToDelete"] == list(range(19, 6, -1))
     assert plan["stateFiles"] == [] and plan["stateBytes"] == 0
     assert plan["removeStateDir"] is False
+
+
+def test_cli_dry_run_prints_the_plan_and_changes_nothing(sink: rs.IdsSink) -> None:
+    before = rs.snapshot(sink.out, sink.ck)
+    confs = [f"--conf={k}={v}" for k, v in rs.IDS_CONFS.items()]
+    cli = rs.run_cli(
+        *confs,
+        "rewind",
+        str(sink.out),
+        "--checkpoint",
+        str(sink.ck),
+        "--to-batch",
+        "7",
+        "--dry-run",
+    )
+    assert cli.returncode == 0, cli.stderr[-3000:]
+    assert f"DRY RUN: would rewind file:{sink.out} to batch 7" in cli.stdout
+    assert "batches redone  7..19 (13)" in cli.stdout
+    assert "offsets/        delete 8..19 (12)" in cli.stdout
+    assert "commits/        delete 7..19 (13)" in cli.stdout
+    assert "done:" not in cli.stdout
+    assert rs.snapshot(sink.out, sink.ck) == before
 
 
 # ---- refusals -------------------------------------------------------------------------------
