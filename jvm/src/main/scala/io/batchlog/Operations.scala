@@ -1,5 +1,6 @@
 package io.batchlog
 
+import org.json4s.JNull
 import org.json4s.jackson.JsonMethods.{compact, parse, render}
 import org.json4s.JsonDSL._
 
@@ -23,7 +24,8 @@ object Operations {
       quiet: Boolean
   ): String = {
     val plan = Rewind.plan(spark, sinkPath, checkpointPath, toBatch)
-    val result = if (dryRun) None else Some(parse(Rewind.apply(spark, plan, quiet)))
+    // A dry run reports `"result": null`: an absent value would drop the key from the JSON.
+    val result = if (dryRun) JNull else parse(Rewind.apply(spark, plan, quiet))
     compact(render(("plan" -> parse(plan.toJson)) ~ ("result" -> result)))
   }
 

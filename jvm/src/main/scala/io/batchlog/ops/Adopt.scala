@@ -6,6 +6,7 @@ import org.json4s.JsonDSL._
 import org.json4s.jackson.JsonMethods.{compact, render}
 
 import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.execution.streaming.runtime.CompactibleFileStreamLog.getValidBatchesBeforeCompactionBatch
 
 import io.batchlog.SinkLogApi
 import io.batchlog.log.{BatchTaggedFileStreamSinkLog, LogFiles, LogFormat}
@@ -15,9 +16,12 @@ import io.batchlog.log.{BatchTaggedFileStreamSinkLog, LogFiles, LogFormat}
  * entry whose batch can be proven carries `batchId`, and leaves the rest untagged.
  *
  * Proof of an entry's batch: it is listed in the per-batch log file `N` Spark still keeps (until
- * cleanup), or its data file name is batch-tagged. Each compact file is replaced atomically with
- * the same entries in the same order, so plain Spark reads the same files and a re-run after a
- * crash only finishes the job.
+ * cleanup); or it is in compact file `N.compact` but in none of the log files that compaction
+ * merged (the previous compact file and the batch files since), all still present: then batch `N`
+ * itself wrote it (Spark writes no file `N` for a compaction batch, so this is the only proof there
+ * is for its entries); or its data file name is batch-tagged. Each compact file is replaced
+ * atomically with the same entries in the same order, so plain Spark reads the same files and a
+ * re-run after a crash only finishes the job.
  */
 object Adopt {
 
@@ -31,6 +35,20 @@ object Adopt {
     batches.foreach(id =>
       log.foreachLineIn(id)((line, _) => proof(LogFormat.decode(line).path) = id)
     )
+    // A compaction batch's own entries: in N.compact, in none of the files it merged.
+    compacts.foreach { id =>
+      val merged = getValidBatchesBeforeCompactionBatch(id, log.interval)
+      if (merged.forall(i => fm.exists(log.logFilePath(i)))) {
+        val before = mutable.HashSet.empty[String]
+        merged.foreach(i =>
+          log.foreachLineIn(i)((line, _) => before += LogFormat.decode(line).path)
+        )
+        log.foreachLineIn(id) { (line, _) =>
+          val p = LogFormat.decode(line).path
+          if (!before.contains(p) && !proof.contains(p)) proof(p) = id
+        }
+      }
+    }
 
     def tagged(line: String): String =
       if (LogFormat.isTagged(line)) line

@@ -84,9 +84,10 @@ final case class RewindPlan(
  *
  * Crash safety: an intent record ([[RewindIntent]]) is written first and removed last. The steps
  * are ordered so that re-planning from what is on disk finishes the job (data files are deleted
- * while the log still names them; the log is cut before the checkpoint), and while the record
- * exists the commit protocol refuses the sink, so a query restarted on a half-rewound sink fails
- * instead of silently skipping batches.
+ * while the log still names them; the log is cut before the checkpoint; the file-source logs are
+ * cut after `offsets/` and `commits/`, so that at every step a restarted query can still plan its
+ * next batch and reaches the sink), and while the record exists the commit protocol refuses the
+ * sink, so a query restarted on a half-rewound sink fails instead of silently skipping batches.
  */
 /**
  * The rewind horizon: the oldest batch a rewind can reach, the later of the sink's tagged lineage
@@ -127,7 +128,7 @@ object Horizon {
 object Rewind {
 
   val Steps: Seq[String] =
-    Seq("intent", "data-files", "sink-log", "state", "source-logs", "commits", "offsets", "done")
+    Seq("intent", "data-files", "sink-log", "state", "commits", "offsets", "source-logs", "done")
 
   def plan(
       spark: SparkSession,
@@ -315,14 +316,17 @@ object Rewind {
         new Progress("rewind: deleting state files", quiet)
       )
     }
+    val cp = new QueryCheckpoint(spark, plan.checkpoint.toString)
+    step("commits")(plan.commitsToDelete.foreach(n => cpFm.delete(cp.commitFile(n))))
+    step("offsets")(plan.offsetsToDelete.foreach(n => cpFm.delete(cp.offsetsFile(n))))
+    // Source logs last: until offsets/ and commits/ are cut back, they name log offsets above
+    // the cut, and a query restarted after a crash in between would fail inside the source
+    // ("batch N doesn't exist") -- or log files anew -- instead of reaching the sink's refusal.
     step("source-logs") {
       plan.sourceLogs.foreach { case (_, t) =>
         LogTruncation.apply(cpFm, t)(JsonField.long(_, "batchId"))
       }
     }
-    val cp = new QueryCheckpoint(spark, plan.checkpoint.toString)
-    step("commits")(plan.commitsToDelete.foreach(n => cpFm.delete(cp.commitFile(n))))
-    step("offsets")(plan.offsetsToDelete.foreach(n => cpFm.delete(cp.offsetsFile(n))))
     step("done")(RewindIntent.delete(sinkFm, plan.metadataPath))
     val ms = (System.nanoTime() - startNs) / 1000000
     compact(render(("toBatch" -> plan.toBatch) ~ ("dataFilesDeleted" -> deleted) ~
