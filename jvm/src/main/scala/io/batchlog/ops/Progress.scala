@@ -5,7 +5,7 @@ package io.batchlog.ops
  * at most one line every 2 seconds, and the last one.
  */
 class Progress(what: String, quiet: Boolean = false) {
-  @volatile private var lastPrintMs = 0L
+  @volatile private var lastPrintMs = System.currentTimeMillis()
 
   def step(done: Long, total: Long): Unit = {
     val now = System.currentTimeMillis()
