@@ -4,7 +4,6 @@ import java.io.{BufferedReader, InputStream, InputStreamReader, OutputStream}
 import java.nio.charset.StandardCharsets.UTF_8
 
 import scala.collection.mutable
-import scala.util.control.NonFatal
 
 import org.apache.hadoop.fs.{FileStatus, Path}
 
@@ -298,9 +297,14 @@ class BatchTaggedFileStreamSinkLog(
     }
   }
 
+  /** Indexes rebuilt in memory by this instance, by compact id (readers never write files). */
+  private val rebuiltIndexes = new java.util.concurrent.ConcurrentHashMap[Long, CompactIndex]()
+
   /**
    * The index of compact file `compactId`: the one on disk if it matches the file, else rebuilt by
-   * one scan of the file and written back (best effort: a read-only reader still gets it).
+   * one scan of the file and kept in memory. Reading never writes: only compaction (and `adopt`,
+   * which rewrites compact files) write index files, so read-only commands, dry runs and refused
+   * operations leave the sink exactly as it was.
    */
   def indexOf(compactId: Long, rebuild: Boolean = false): CompactIndex = {
     val file = batchIdToPath(compactId)
@@ -312,17 +316,33 @@ class BatchTaggedFileStreamSinkLog(
     )
     val onDisk = if (rebuild) None else CompactIndex.read(fileManager, CompactIndex.pathOf(file))
     onDisk.filter(_.matches(status)).getOrElse {
-      val b = new CompactIndex.Builder
-      var offset = LogFormat.Header.length.toLong
-      foreachLineIn(compactId) { (line, lineNo) =>
-        b.line(batchOfLine(line, compactId, file.toString, lineNo), offset)
-        offset += 1 + line.getBytes(UTF_8).length
+      val cached = Option(rebuiltIndexes.get(compactId)).filter(i => !rebuild && i.matches(status))
+      cached.getOrElse {
+        val index = scanIndex(compactId, status)
+        rebuiltIndexes.put(compactId, index)
+        index
       }
-      val index = b.result(offset, status)
-      try CompactIndex.write(fileManager, CompactIndex.pathOf(file), index)
-      catch { case NonFatal(e) => logWarning(s"Could not write the index of $file", e) }
-      index
     }
+  }
+
+  /** Builds the index of compact file `compactId` by reading it once. */
+  def scanIndex(compactId: Long, status: FileStatus): CompactIndex = {
+    val file = batchIdToPath(compactId)
+    val b = new CompactIndex.Builder
+    var offset = LogFormat.Header.length.toLong
+    foreachLineIn(compactId) { (line, lineNo) =>
+      b.line(batchOfLine(line, compactId, file.toString, lineNo), offset)
+      offset += 1 + line.getBytes(UTF_8).length
+    }
+    b.result(offset, status)
+  }
+
+  /** Writes the index of compact file `compactId` (after `adopt` rewrote the file). */
+  def writeIndex(compactId: Long): Unit = {
+    val file = batchIdToPath(compactId)
+    statusOf(file).foreach(st =>
+      CompactIndex.write(fileManager, CompactIndex.pathOf(file), scanIndex(compactId, st))
+    )
   }
 
   private def batchOfLine(

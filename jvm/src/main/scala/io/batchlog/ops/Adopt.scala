@@ -79,6 +79,7 @@ object Adopt {
         LogFiles.writeAtomic(fm, log.logFilePath(id), overwrite = true) { w =>
           log.foreachLineIn(id)((line, _) => LogFiles.writeLine(w, tagged(line)))
         }
+        log.writeIndex(id)
         rewritten += 1
       }
       progress.step(i + 1, compacts.length)
