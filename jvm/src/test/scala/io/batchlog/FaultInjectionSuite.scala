@@ -191,6 +191,43 @@ class FaultInjectionSuite extends AnyFunSuite with BeforeAndAfterAll {
     }
   }
 
+  test("a crash midway through deleting expired log files keeps the compact interval") {
+    // Found by the SIGKILL crash test: deleting in listing order could drop 8.compact and keep
+    // 5.compact; the next start derived interval 6 from {5, 11}.compact and the log broke.
+    val out = tempDir()
+    val chk = tempDir()
+    implicit val sqlContext: SQLContext = spark.sqlContext
+    import sqlContext.implicits._
+    val input = MemoryStream[Int]
+    clearFault()
+    spark.conf.set(BatchLogConf.DeletionKey, "false")
+    var q = start(input, out, chk)
+    try {
+      (0 until 13).foreach { b => input.addData(rows(b)); q.processAllAvailable() }
+    } finally {
+      q.stop()
+      spark.conf.unset(BatchLogConf.DeletionKey)
+    }
+    // Batch 13 expires log files 0 .. 10 (below 11.compact); the 6th delete fails.
+    setFault("delete", "_spark_metadata/[0-9]+(\\.compact)?$")
+    spark.conf.set(BatchLogConf.FaultNthKey, "6")
+    try {
+      q = start(input, out, chk)
+      input.addData(rows(13))
+      intercept[StreamingQueryException](q.processAllAvailable())
+      q.stop()
+    } finally clearFault()
+    val left = assertNoHalfWrittenLogFile(out).map(_.stripSuffix(".compact").toLong).sorted
+    assert(left == (left.head to 13L), s"survivors are not the newest contiguous range: $left")
+    assert(new BatchTaggedFileStreamSinkLog(spark, metaDir(out).getPath).interval == 3)
+    q = start(input, out, chk)
+    try {
+      q.processAllAvailable()
+      (14 until 18).foreach { b => input.addData(rows(b)); q.processAllAvailable() }
+    } finally q.stop()
+    assertSinkHolds(out, 18)
+  }
+
   test("the fault manager is the one Spark uses, and delegates without a fault") {
     val out = tempDir()
     val chk = tempDir()

@@ -142,6 +142,12 @@ class BatchTaggedFileStreamSinkLog(
    * Deletes log files below the compaction that keeps `minBatchesToRetain` batches, once they are
    * older than `cleanupDelay`: the same rule as Spark's `CompactibleFileStreamLog` (whose method is
    * private), so a sink behaves the same with or without batchlog.
+   *
+   * Unlike Spark, oldest first: the compact interval of a log is derived from its two newest
+   * compact files, so a crash in the middle of a deletion in listing order could delete the second
+   * newest compact file and keep an older one (e.g. keep 5.compact and 11.compact of an interval-3
+   * log), and the next start would derive interval 6, skip compaction batch 14 and fail at 17 for
+   * lack of 14.compact. Deleting in batch order keeps the survivors a contiguous, newest range.
    */
   private def deleteExpiredLog(currentBatchId: Long): Unit = {
     if (compactInterval <= currentBatchId + 1 - minBatchesToRetain) {
@@ -150,6 +156,7 @@ class BatchTaggedFileStreamSinkLog(
       val expiredTime = System.currentTimeMillis() - fileCleanupDelayMs
       fileManager
         .list(metadataPath, (p: Path) => isBatchFile(p) && pathToBatchId(p) < minCompactionBatchId)
+        .sortBy(f => pathToBatchId(f.getPath))
         .foreach { f => if (f.getModificationTime <= expiredTime) fileManager.delete(f.getPath) }
     }
   }
