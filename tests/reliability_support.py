@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -35,7 +36,7 @@ TAGGED = re.compile(
 
 
 @pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
+def spark_session() -> Iterator[SparkSession]:
     """The shared session with batchlog (not stopped: other modules reuse it)."""
     session = (
         batchlog.configure(SparkSession.builder)
@@ -178,3 +179,49 @@ def wait_for(pred: Any, timeout: float, step: float = 0.05) -> bool:
             return True
         time.sleep(step)
     return False
+
+
+@contextmanager
+def sql_conf(spark: SparkSession, **kv: str) -> Iterator[None]:
+    """Sets SQL confs (pass keys as ``**{"spark.x": "v"}``) for the block, then restores them."""
+    old = {k: spark.conf.get(k, None) for k in kv}
+    for k, v in kv.items():
+        spark.conf.set(k, v)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, v)
+
+
+SINK_CONFS = {
+    "spark.sql.streaming.fileSink.log.compactInterval": "3",
+    "spark.sql.streaming.commitProtocolClass": "io.batchlog.BatchTaggedCommitProtocol",
+}
+
+
+def run_stream(
+    spark: SparkSession, inp: Path, out: Path, chk: Path, partition_by: str = "part"
+) -> None:
+    """Runs the file source -> parquet sink query until all input present is processed
+    (one input file per batch, compactInterval 3)."""
+    with sql_conf(spark, **SINK_CONFS):
+        q = (
+            spark.readStream.schema("id LONG, part STRING, payload STRING")
+            .option("maxFilesPerTrigger", 1)
+            .json(str(inp))
+            .writeStream.format("parquet")
+            .partitionBy(partition_by)
+            .option("checkpointLocation", str(chk))
+            .trigger(availableNow=True)
+            .start(str(out))
+        )
+        q.awaitTermination()
+
+
+def read_ids(spark: SparkSession, out: Path) -> list[int]:
+    """The ``id``s plain Spark reads from the sink (through its log), sorted."""
+    return sorted(r[0] for r in spark.read.parquet(str(out)).select("id").collect())

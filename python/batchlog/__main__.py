@@ -165,16 +165,16 @@ def cmd_verify(spark: SparkSession, args: argparse.Namespace) -> int:
     print(table(["check", "files", "meaning"], rows))
     for msg in r["logErrors"]:
         print(f"\nlog error: {msg}")
-    listed = [("missing", e["path"], e["batchId"], e["size"]) for e in r["missing"]]
+    listed = [("missing", e["path"], e.get("batchId"), e["size"]) for e in r["missing"]]
     listed += [
-        ("size", e["path"], e["batchId"], f"{e['size']} logged, {e['actualSize']} on disk")
+        ("size", e["path"], e.get("batchId"), f"{e['size']} logged, {e['actualSize']} on disk")
         for e in r["sizeMismatch"]
     ]
     listed += [
-        ("batch", e["path"], e["batchId"], f"name says batch {e['nameBatchId']}")
+        ("batch", e["path"], e.get("batchId"), f"name says batch {e['nameBatchId']}")
         for e in r["wrongBatch"]
     ]
-    listed += [("orphan", o["path"], o["batchId"], o["size"]) for o in r["orphans"]]
+    listed += [("orphan", o["path"], o.get("batchId"), o["size"]) for o in r["orphans"]]
     if listed:
         print()
         print(
@@ -202,7 +202,10 @@ def cmd_repair(spark: SparkSession, args: argparse.Namespace) -> int:
     if not r["needed"] and not args.force:
         print("nothing to do: the log is healthy (--force rebuilds it anyway)")
         return 0
-    print(f"compaction      every {r['compactInterval']} batches")
+    print(
+        f"compaction      every {r['compactInterval']} batches (from the log's compact files, "
+        "else spark.sql.streaming.fileSink.log.compactInterval: pass the query's with --conf)"
+    )
     print(
         f"data files      {r['dataFiles']} ({human_bytes(r['dataBytes'])}) in "
         f"{len(r['batches'])} batches; latest batch {r['latestBatch']}"
@@ -220,7 +223,7 @@ def cmd_repair(spark: SparkSession, args: argparse.Namespace) -> int:
     print(f"\n{head} {len(r['logFiles'])} log files:")
     rows = [[f["name"], f["batches"], f["entries"]] for f in r["logFiles"]]
     print(table(["log file", "batches", "entries"], rows) if rows else "(none)")
-    if r["movedAside"]:
+    if r.get("movedAside"):
         print(f"\nthe damaged log was moved to {r['movedAside']}")
     if r["written"]:
         print("done: restart the query with its checkpoint.")
