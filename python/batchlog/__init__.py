@@ -33,7 +33,7 @@ from batchlog.errors import (
     RewindInProgressError,
     UnsupportedCheckpointError,
 )
-from batchlog.ops import adopt, read, rewind
+from batchlog.ops import adopt, read, repair, rewind, vacuum, verify
 from batchlog.sinklog import SinkLog
 
 __all__ = [
@@ -54,7 +54,10 @@ __all__ = [
     "configure",
     "jar_path",
     "read",
+    "repair",
     "rewind",
+    "vacuum",
+    "verify",
 ]
 
 #: The value for ``spark.sql.streaming.commitProtocolClass``: the name of the JVM class

@@ -148,6 +148,128 @@ def cmd_adopt(spark: SparkSession, args: argparse.Namespace) -> int:
     return 0
 
 
+# ---- reliability: verify, repair, vacuum ---------------------------------------------------
+
+_SHOWN = 20  # paths listed per category; the counts are complete
+
+
+def _batch(b: Any) -> str:
+    return "-" if b is None else str(b)
+
+
+def cmd_verify(spark: SparkSession, args: argparse.Namespace) -> int:
+    r = batchlog.verify(spark, args.path)
+    print(f"sink            {r['sink']}")
+    print(f"verdict         {'HEALTHY' if r['healthy'] else 'UNHEALTHY'}")
+    print(f"latest batch    {r['latestBatch'] if r['latestBatch'] >= 0 else '(none)'}")
+    print(f"live files      {r['liveFiles']} ({human_bytes(r['liveBytes'])})")
+    rows = [
+        ["missing (logged, not on disk)", r["missingCount"], "unhealthy"],
+        ["size differs from the log", r["sizeMismatchCount"], "unhealthy"],
+        ["name's batch differs from the log", r["wrongBatchCount"], "unhealthy"],
+        ["log errors", len(r["logErrors"]), "unhealthy"],
+        ["orphans (on disk, not logged)", r["orphanCount"], "ok; see vacuum"],
+    ]
+    print()
+    print(table(["check", "files", "meaning"], rows))
+    for msg in r["logErrors"]:
+        print(f"\nlog error: {msg}")
+    listed = [("missing", e["path"], e.get("batchId"), e["size"]) for e in r["missing"]]
+    listed += [
+        ("size", e["path"], e.get("batchId"), f"{e['size']} logged, {e['actualSize']} on disk")
+        for e in r["sizeMismatch"]
+    ]
+    listed += [
+        ("batch", e["path"], e.get("batchId"), f"name says batch {e['nameBatchId']}")
+        for e in r["wrongBatch"]
+    ]
+    listed += [("orphan", o["path"], o.get("batchId"), o["size"]) for o in r["orphans"]]
+    if listed:
+        print()
+        print(
+            table(
+                ["problem", "batch", "size/detail", "path"],
+                [[k, _batch(b), d, p] for k, p, b, d in listed[:_SHOWN]],
+            )
+        )
+        if len(listed) > _SHOWN:
+            print(f"... and {len(listed) - _SHOWN} more")
+    if not r["healthy"]:
+        print("\nThe log does not match the output. `python -m batchlog repair PATH` rebuilds it.")
+    return 0 if r["healthy"] else 1
+
+
+def cmd_repair(spark: SparkSession, args: argparse.Namespace) -> int:
+    r = batchlog.repair(spark, args.path, dry_run=args.dry_run, force=args.force)
+    print(f"sink            {r['sink']}")
+    state = (
+        "missing"
+        if not r["logExists"]
+        else ("healthy" if r["logHealthy"] else "damaged: " + "; ".join(r["logProblems"]))
+    )
+    print(f"log             {state}")
+    if not r["needed"] and not args.force:
+        print("nothing to do: the log is healthy (--force rebuilds it anyway)")
+        return 0
+    print(
+        f"compaction      every {r['compactInterval']} batches (from the log's compact files, "
+        "else spark.sql.streaming.fileSink.log.compactInterval: pass the query's with --conf)"
+    )
+    print(
+        f"data files      {r['dataFiles']} ({human_bytes(r['dataBytes'])}) in "
+        f"{len(r['batches'])} batches; latest batch {r['latestBatch']}"
+    )
+    if r["untaggedCount"]:
+        print(f"not batch-tagged (left out, not guessed): {r['untaggedCount']} files")
+        for p in r["untagged"][:_SHOWN]:
+            print(f"  {p}")
+    if r["suspectBatches"]:
+        print(
+            "WARNING: batches with files of more than one attempt (an orphaned attempt cannot "
+            f"be told from the committed one without a log): {r['suspectBatches']}"
+        )
+    head = "would write" if args.dry_run else "wrote"
+    print(f"\n{head} {len(r['logFiles'])} log files:")
+    rows = [[f["name"], f["batches"], f["entries"]] for f in r["logFiles"]]
+    print(table(["log file", "batches", "entries"], rows) if rows else "(none)")
+    if r.get("movedAside"):
+        print(f"\nthe damaged log was moved to {r['movedAside']}")
+    if r["written"]:
+        print("done: restart the query with its checkpoint.")
+    return 0
+
+
+def cmd_vacuum(spark: SparkSession, args: argparse.Namespace) -> int:
+    dry = not args.apply
+    r = batchlog.vacuum(spark, args.path, older_than=args.older_than, dry_run=dry)
+    print(f"sink            {r['sink']}   (latest batch {r['latestBatch']})")
+    rows = [
+        [
+            "would delete" if dry else "deleted",
+            r["candidateFiles"] if dry else r["deletedFiles"],
+            human_bytes(r["candidateBytes"]),
+        ],
+        [
+            "kept: newer than " + args.older_than,
+            r["skippedRecentFiles"],
+            human_bytes(r["skippedRecentBytes"]),
+        ],
+        [
+            "kept: batch may be running",
+            r["skippedRunningFiles"],
+            human_bytes(r["skippedRunningBytes"]),
+        ],
+    ]
+    print(f"orphan files    {r['orphanFiles']} ({human_bytes(r['orphanBytes'])}) not in the log")
+    print()
+    print(table(["orphans", "files", "size"], rows))
+    for c in r["candidates"][:_SHOWN]:
+        print(f"  {c['path']}")
+    if dry and r["candidateFiles"]:
+        print("\nDRY RUN: nothing deleted; add --apply to delete.")
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m batchlog", description=__doc__)
     p.add_argument(
@@ -182,6 +304,26 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("path", help="the sink's output directory")
     s.add_argument("--dry-run", action="store_true", help="count only, change nothing")
     s.set_defaults(fn=cmd_adopt)
+    # ---- reliability: verify, repair, vacuum
+    s = sub.add_parser(
+        "verify", help="check the log against the output (exit 1 if unhealthy); list orphans"
+    )
+    s.add_argument("path", help="the sink's output directory")
+    s.set_defaults(fn=cmd_verify)
+    s = sub.add_parser(
+        "repair", help="rebuild a lost or damaged _spark_metadata from batch-tagged file names"
+    )
+    s.add_argument("path", help="the sink's output directory")
+    s.add_argument("--dry-run", action="store_true", help="print what would be written")
+    s.add_argument("--force", action="store_true", help="rebuild even a healthy log")
+    s.set_defaults(fn=cmd_repair)
+    s = sub.add_parser(
+        "vacuum", help="delete orphan data files (not in the log) older than a duration"
+    )
+    s.add_argument("path", help="the sink's output directory")
+    s.add_argument("--older-than", required=True, metavar="DURATION", help="e.g. 30m, 1h, 7d")
+    s.add_argument("--apply", action="store_true", help="delete (default: dry run)")
+    s.set_defaults(fn=cmd_vacuum)
     return p
 
 

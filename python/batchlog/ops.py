@@ -78,3 +78,63 @@ def read(
             None if to_batch is None else int(to_batch),
         )
     return DataFrame(jdf, spark)
+
+
+# ---- reliability: verify, repair, vacuum ---------------------------------------------------
+
+
+def verify(spark: SparkSession, sink_path: str) -> dict[str, Any]:
+    """Checks a sink's log against its output directory; changes nothing.
+
+    Every live logged file must exist with the logged size and its batch-tagged name must agree
+    with its logged batch; every log file the log needs must be readable (``logErrors``). Data
+    files the log does not list are reported as ``orphans`` (they do not make a sink unhealthy:
+    reads through the log never see them; ``vacuum`` removes old ones). ``healthy`` is the verdict.
+    """
+    with jvm_errors():
+        report = batchlog_package(spark).Operations.verify(jsession(spark), sink_path)
+    result: dict[str, Any] = json.loads(report)
+    return result
+
+
+def repair(
+    spark: SparkSession,
+    sink_path: str,
+    dry_run: bool = False,
+    force: bool = False,
+    quiet: bool = False,
+) -> dict[str, Any]:
+    """Rebuilds a lost or damaged ``_spark_metadata`` from the data files' batch-tagged names.
+
+    Does nothing when the log is healthy (unless ``force``). A damaged log is renamed to
+    ``_spark_metadata.broken-<ts>``, never deleted. Files without a batch in their name are
+    reported (``untagged``) and left out. Stop the query first; restart it with its checkpoint
+    afterwards. ``written`` tells whether a new log was written.
+    """
+    with jvm_errors():
+        report = batchlog_package(spark).Operations.repair(
+            jsession(spark), sink_path, dry_run, force, quiet
+        )
+    result: dict[str, Any] = json.loads(report)
+    return result
+
+
+def vacuum(
+    spark: SparkSession,
+    sink_path: str,
+    older_than: str = "1h",
+    dry_run: bool = True,
+    quiet: bool = False,
+) -> dict[str, Any]:
+    """Deletes orphan data files (not in the sink's log) older than ``older_than`` (e.g. ``"1h"``).
+
+    A dry run by default. Never deletes a live logged file, nor a file of a batch after the
+    latest logged one (it may be running). Returns counts and bytes of candidates, deleted and
+    skipped files.
+    """
+    with jvm_errors():
+        report = batchlog_package(spark).Operations.vacuum(
+            jsession(spark), sink_path, older_than, dry_run, quiet
+        )
+    result: dict[str, Any] = json.loads(report)
+    return result

@@ -6,7 +6,7 @@ import org.json4s.JsonDSL._
 
 import org.apache.spark.sql.{DataFrame, SparkSession}
 
-import io.batchlog.ops.{Adopt, Horizon, ReadByBatch, Rewind}
+import io.batchlog.ops.{Adopt, Horizon, ReadByBatch, Repair, Rewind, Vacuum, Verify}
 
 /**
  * The operations the Python facade and CLI call, in Java-friendly types (strings, longs, booleans,
@@ -50,4 +50,27 @@ object Operations {
       Option(fromBatch).map(_.longValue),
       Option(toBatch).map(_.longValue)
     )
+
+  // ---- reliability: verify, repair, vacuum ----------------------------------------------------
+
+  /** Checks the log against the output directory, changing nothing ([[Verify]]). */
+  def verify(spark: SparkSession, sinkPath: String): String = Verify.run(spark, sinkPath).toJson
+
+  /** Rebuilds a lost or damaged `_spark_metadata` from batch-tagged file names ([[Repair]]). */
+  def repair(
+      spark: SparkSession,
+      sinkPath: String,
+      dryRun: Boolean,
+      force: Boolean,
+      quiet: Boolean
+  ): String = Repair.run(spark, sinkPath, dryRun, force, quiet)
+
+  /** Deletes orphan data files older than `olderThan` ([[Vacuum]]). */
+  def vacuum(
+      spark: SparkSession,
+      sinkPath: String,
+      olderThan: String,
+      dryRun: Boolean,
+      quiet: Boolean
+  ): String = Vacuum.run(spark, sinkPath, olderThan, dryRun, quiet)
 }

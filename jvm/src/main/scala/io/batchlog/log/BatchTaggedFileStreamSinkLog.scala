@@ -241,22 +241,30 @@ class BatchTaggedFileStreamSinkLog(
    * Deletes log files below the compaction that keeps `minBatchesToRetain` batches, once they are
    * older than `cleanupDelay`: the same rule as Spark's `CompactibleFileStreamLog` (whose method is
    * private), so a sink behaves the same with or without batchlog.
+   *
+   * Unlike Spark, oldest first: the compact interval of a log is derived from its two newest
+   * compact files, so a crash in the middle of a deletion in listing order could delete the second
+   * newest compact file and keep an older one (e.g. keep 5.compact and 11.compact of an interval-3
+   * log), and the next start would derive interval 6, skip compaction batch 14 and fail at 17 for
+   * lack of 14.compact. Deleting in batch order keeps the survivors a contiguous, newest range.
    */
   private def deleteExpiredLog(currentBatchId: Long): Unit = {
     if (compactInterval <= currentBatchId + 1 - minBatchesToRetain) {
       val minBatchId = currentBatchId + 1 - minBatchesToRetain
       val minCompactionBatchId = minBatchId - (minBatchId % compactInterval) - 1
       val expiredTime = System.currentTimeMillis() - fileCleanupDelayMs
-      def expired(p: Path): Boolean = {
-        val name = p.getName
-        val logName =
-          if (CompactIndex.isIndexFile(name)) name.stripSuffix(CompactIndex.Suffix) else name
-        isBatchFile(new Path(p.getParent, logName)) && getBatchIdFromFileName(
-          logName
-        ) < minCompactionBatchId
-      }
+      def logName(p: Path): String =
+        if (CompactIndex.isIndexFile(p.getName)) p.getName.stripSuffix(CompactIndex.Suffix)
+        else p.getName
+      def expired(p: Path): Boolean =
+        isBatchFile(new Path(p.getParent, logName(p))) &&
+          getBatchIdFromFileName(logName(p)) < minCompactionBatchId
+      // (a compact file before its index)
       fileManager
         .list(metadataPath, (p: Path) => expired(p))
+        .sortBy(f =>
+          (getBatchIdFromFileName(logName(f.getPath)), CompactIndex.isIndexFile(f.getPath.getName))
+        )
         .foreach { f => if (f.getModificationTime <= expiredTime) fileManager.delete(f.getPath) }
     }
   }

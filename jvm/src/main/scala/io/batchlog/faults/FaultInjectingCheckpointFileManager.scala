@@ -1,0 +1,147 @@
+package io.batchlog.faults
+
+import java.io.IOException
+import java.util.concurrent.ConcurrentHashMap
+import java.util.concurrent.atomic.AtomicLong
+
+import org.apache.hadoop.conf.Configuration
+import org.apache.hadoop.fs.{
+  FileStatus,
+  FSDataInputStream,
+  Path,
+  PathFilter,
+  UnsupportedFileSystemException
+}
+
+import org.apache.spark.sql.execution.streaming.checkpointing.{
+  CheckpointFileManager,
+  FileContextBasedCheckpointFileManager,
+  FileSystemBasedCheckpointFileManager
+}
+import org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager.CancellableFSDataOutputStream
+
+import io.batchlog.BatchLogConf
+
+/**
+ * Test-only: a real `CheckpointFileManager` (Spark's default, file-context based one, or the
+ * file-system based one where no `AbstractFileSystem` exists) that injects one fault at a chosen
+ * call. Select it with `spark.sql.streaming.checkpointFileManagerClass` = this class (in the SQL
+ * conf or as `spark.hadoop.` key; Spark reads it from the Hadoop conf, which includes both) and
+ * configure the fault with the `spark.batchlog.test.fault.*` keys of [[BatchLogConf]]. Without
+ * `spark.batchlog.test.fault.op` it only delegates.
+ *
+ * The fault is read from the Hadoop conf when the manager is created (Spark creates one per
+ * metadata log, i.e. per query start), so unsetting the keys and restarting the query removes it.
+ * Matching calls are counted per JVM ([[FaultInjectingCheckpointFileManager.reset]] restarts the
+ * count).
+ */
+class FaultInjectingCheckpointFileManager(path: Path, hadoopConf: Configuration)
+    extends CheckpointFileManager {
+  import FaultInjectingCheckpointFileManager._
+
+  private val underlying: CheckpointFileManager =
+    try new FileContextBasedCheckpointFileManager(path, hadoopConf)
+    catch {
+      case _: UnsupportedFileSystemException =>
+        new FileSystemBasedCheckpointFileManager(path, hadoopConf)
+    }
+
+  private val fault: Option[Fault] = Fault.fromConf(hadoopConf)
+
+  private def check(op: String, p: Path): Unit = fault.foreach(_.maybeFire(op, p))
+
+  override def createAtomic(
+      p: Path,
+      overwriteIfPossible: Boolean
+  ): CancellableFSDataOutputStream = {
+    check("createAtomic", p)
+    val inner = underlying.createAtomic(p, overwriteIfPossible)
+    new CancellableFSDataOutputStream(inner) {
+      // Closing an atomic stream renames its temp file onto `p`: the publish step.
+      override def close(): Unit = { check("rename", p); inner.close() }
+      override def cancel(): Unit = inner.cancel()
+    }
+  }
+
+  override def open(p: Path): FSDataInputStream = { check("open", p); underlying.open(p) }
+
+  override def list(p: Path, filter: PathFilter): Array[FileStatus] = {
+    check("list", p); underlying.list(p, filter)
+  }
+
+  override def mkdirs(p: Path): Unit = { check("mkdirs", p); underlying.mkdirs(p) }
+
+  override def exists(p: Path): Boolean = { check("exists", p); underlying.exists(p) }
+
+  override def delete(p: Path): Unit = { check("delete", p); underlying.delete(p) }
+
+  override def isLocal: Boolean = underlying.isLocal
+
+  override def createCheckpointDirectory(): Path = underlying.createCheckpointDirectory()
+
+  override def close(): Unit = underlying.close()
+}
+
+object FaultInjectingCheckpointFileManager {
+
+  val Ops: Set[String] = Set("createAtomic", "rename", "delete", "open", "list", "exists", "mkdirs")
+  val Actions: Set[String] = Set("fail", "stall", "halt")
+
+  /** Exit status of a `halt` (as a SIGKILL'd process reports it). */
+  val HaltStatus = 137
+
+  private val counters = new ConcurrentHashMap[String, AtomicLong]()
+
+  /** Forgets how many matching calls each fault has seen. */
+  def reset(): Unit = counters.clear()
+
+  final private case class Fault(
+      op: String,
+      pathRegex: String,
+      action: String,
+      nth: Long,
+      times: Long,
+      stallMs: Long
+  ) {
+    private val regex = pathRegex.r
+    private val counter =
+      counters.computeIfAbsent(s"$op|$pathRegex|$action|$nth|$times", _ => new AtomicLong())
+
+    def maybeFire(calledOp: String, p: Path): Unit = {
+      if (calledOp != op || regex.findFirstIn(p.toString).isEmpty) return
+      val n = counter.incrementAndGet()
+      if (n < nth || n - nth >= times) return
+      val what = s"$action at call $n of $op($p)"
+      action match {
+        case "fail" => throw new IOException(s"Injected fault: $what")
+        case "stall" =>
+          System.err.println(s"[batchlog-fault] stalling ${stallMs} ms: $what")
+          Thread.sleep(stallMs)
+        case "halt" =>
+          System.err.println(s"[batchlog-fault] halting the JVM: $what")
+          System.err.flush()
+          Runtime.getRuntime.halt(HaltStatus)
+      }
+    }
+  }
+
+  private object Fault {
+    def fromConf(conf: Configuration): Option[Fault] =
+      Option(conf.get(BatchLogConf.FaultOpKey)).map(_.trim).filter(_.nonEmpty).map { op =>
+        require(Ops(op), s"${BatchLogConf.FaultOpKey}=$op: expected one of ${Ops.mkString("|")}")
+        val action = conf.get(BatchLogConf.FaultActionKey, "fail").trim
+        require(
+          Actions(action),
+          s"${BatchLogConf.FaultActionKey}=$action: expected one of ${Actions.mkString("|")}"
+        )
+        Fault(
+          op,
+          conf.get(BatchLogConf.FaultPathRegexKey, ".*"),
+          action,
+          conf.getLong(BatchLogConf.FaultNthKey, 1L),
+          conf.getLong(BatchLogConf.FaultTimesKey, Long.MaxValue),
+          conf.getLong(BatchLogConf.FaultStallMsKey, 5000L)
+        )
+      }
+  }
+}

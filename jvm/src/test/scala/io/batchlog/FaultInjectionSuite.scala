@@ -1,0 +1,247 @@
+package io.batchlog
+
+import java.io.File
+import java.nio.file.Files
+
+import scala.jdk.CollectionConverters._
+
+import org.apache.hadoop.fs.Path
+import org.scalatest.BeforeAndAfterAll
+import org.scalatest.funsuite.AnyFunSuite
+
+import org.apache.spark.sql.{SparkSession, SQLContext}
+import org.apache.spark.sql.execution.streaming.runtime.MemoryStream
+import org.apache.spark.sql.functions.col
+import org.apache.spark.sql.streaming.{StreamingQuery, StreamingQueryException}
+
+import io.batchlog.commit.DataFileNaming
+import io.batchlog.faults.FaultInjectingCheckpointFileManager
+import io.batchlog.log.{BatchTaggedFileStreamSinkLog, LogFormat}
+import io.batchlog.ops.Verify
+
+/**
+ * Real streaming queries (MemoryStream -> parquet file sink with the batch-tagged commit protocol)
+ * whose sink-log file operations fail through [[FaultInjectingCheckpointFileManager]]: the query
+ * must fail, and once the fault is gone a restart from the same checkpoint must leave a valid log
+ * and every row exactly once, with no half-written log file visible.
+ */
+class FaultInjectionSuite extends AnyFunSuite with BeforeAndAfterAll {
+
+  private lazy val spark: SparkSession = SparkSession
+    .builder()
+    .master("local[2]")
+    .appName("FaultInjectionSuite")
+    .config("spark.ui.enabled", "false")
+    .config("spark.sql.shuffle.partitions", "2")
+    .config(BatchLogConf.CommitProtocolKey, BatchLogConf.CommitProtocolClass)
+    // In the SQL conf: Spark reads the key from the Hadoop conf, which includes the SQL conf.
+    .config(
+      BatchLogConf.CheckpointFileManagerClassKey,
+      classOf[FaultInjectingCheckpointFileManager].getName
+    )
+    .config(BatchLogConf.CompactIntervalKey, "3")
+    .config(BatchLogConf.CleanupDelayKey, "0")
+    .config(BatchLogConf.MinBatchesToRetainKey, "2")
+    .getOrCreate()
+
+  private val faultKeys = Seq(
+    BatchLogConf.FaultOpKey,
+    BatchLogConf.FaultPathRegexKey,
+    BatchLogConf.FaultActionKey,
+    BatchLogConf.FaultNthKey,
+    BatchLogConf.FaultTimesKey
+  )
+
+  override def afterAll(): Unit = {
+    try spark.stop()
+    finally super.afterAll()
+  }
+
+  private def tempDir(): File = Files.createTempDirectory("batchlog-fault").toFile
+
+  /** Batch `b` of the test input: 4 rows, values b*10 .. b*10+3. */
+  private def rows(b: Int): Seq[Int] = (0 until 4).map(b * 10 + _)
+
+  private def start(input: MemoryStream[Int], out: File, chk: File): StreamingQuery =
+    input
+      .toDF()
+      .withColumn("part", col("value") % 2)
+      .writeStream
+      .format("parquet")
+      .partitionBy("part")
+      .option("checkpointLocation", chk.getPath)
+      .start(out.getPath)
+
+  private def metaDir(out: File) = new File(out, BatchTaggedFileStreamSinkLog.MetadataDir)
+
+  private val logFileName = "[0-9]+(\\.compact)?".r
+
+  /**
+   * The visible log files: every non-hidden name is a log file (`N` or `N.compact`) that parses
+   * completely; no temp file of an aborted write is left behind.
+   */
+  private def assertNoHalfWrittenLogFile(out: File): Seq[String] = {
+    val names = metaDir(out).list().toSeq.sorted
+    val visible = names.filterNot(n => n.startsWith("."))
+    visible.foreach { n =>
+      assert(logFileName.matches(n), s"unexpected file $n in _spark_metadata: $names")
+      val lines = Files.readAllLines(new File(metaDir(out), n).toPath).asScala
+      assert(lines.head == LogFormat.Header, s"$n has header ${lines.head}")
+      lines.tail.foreach(LogFormat.decode) // throws on a truncated or malformed line
+    }
+    val temps = names.filter(_.endsWith(".tmp"))
+    assert(temps.isEmpty, s"temp files of an aborted write left behind: $temps")
+    visible
+  }
+
+  /** The log is valid and plain Spark reads exactly the rows of `batches`. */
+  private def assertSinkHolds(out: File, batches: Int): Unit = {
+    assertNoHalfWrittenLogFile(out)
+    val report = Verify.run(spark, out.getPath)
+    assert(report.healthy, report.toJson)
+    val api = new SinkLogApi(spark, out.getPath)
+    assert(api.latestBatch() == batches - 1)
+    api.log.foreachLiveEntry { e =>
+      assert(e.batchId.isDefined && e.batchId == DataFileNaming.batchIdOf(e.path), e.toString)
+    }
+    val read = spark.read.parquet(out.getPath).select("value").collect().map(_.getInt(0)).sorted
+    assert(read.toSeq == (0 until batches).flatMap(rows).sorted)
+  }
+
+  private def setFault(op: String, pathRegex: String): Unit = {
+    FaultInjectingCheckpointFileManager.reset()
+    spark.conf.set(BatchLogConf.FaultOpKey, op)
+    spark.conf.set(BatchLogConf.FaultPathRegexKey, pathRegex)
+    spark.conf.set(BatchLogConf.FaultActionKey, "fail")
+  }
+
+  private def clearFault(): Unit = faultKeys.foreach(k => spark.conf.unset(k))
+
+  /**
+   * Runs batches 0..cleanBatches-1 without fault, restarts with the fault set and runs batch
+   * `cleanBatches` (which must fail), then checks the log, restarts without the fault, runs one
+   * more batch and checks everything.
+   */
+  private def runWithFault(op: String, pathRegex: String, cleanBatches: Int)(
+      afterFailure: File => Unit
+  ): Unit = {
+    val out = tempDir()
+    val chk = tempDir()
+    implicit val sqlContext: SQLContext = spark.sqlContext
+    import sqlContext.implicits._
+    val input = MemoryStream[Int]
+    clearFault()
+    var q = start(input, out, chk)
+    try {
+      (0 until cleanBatches).foreach { b => input.addData(rows(b)); q.processAllAvailable() }
+    } finally q.stop()
+
+    setFault(op, pathRegex)
+    try {
+      q = start(input, out, chk)
+      input.addData(rows(cleanBatches))
+      val e = intercept[StreamingQueryException](q.processAllAvailable())
+      assert(
+        Iterator.iterate[Throwable](e)(_.getCause).takeWhile(_ != null)
+          .exists(_.getMessage.contains("Injected fault")),
+        s"the query failed for another reason: $e"
+      )
+      q.stop()
+    } finally clearFault()
+    afterFailure(out)
+
+    q = start(input, out, chk)
+    try {
+      q.processAllAvailable()
+      input.addData(rows(cleanBatches + 1))
+      q.processAllAvailable()
+    } finally q.stop()
+    assertSinkHolds(out, cleanBatches + 2)
+  }
+
+  test("a failure creating a batch file fails the query; a restart recovers") {
+    runWithFault("createAtomic", "_spark_metadata/3$", cleanBatches = 3) { out =>
+      assert(assertNoHalfWrittenLogFile(out) == Seq("0", "1", "2.compact"))
+    }
+  }
+
+  test("a failure publishing (renaming) a batch file fails the query; a restart recovers") {
+    runWithFault("rename", "_spark_metadata/3$", cleanBatches = 3) { out =>
+      assert(assertNoHalfWrittenLogFile(out) == Seq("0", "1", "2.compact"))
+    }
+  }
+
+  test("a failure creating a compact file fails the query; a restart recovers") {
+    runWithFault("createAtomic", "_spark_metadata/2\\.compact$", cleanBatches = 2) { out =>
+      assert(assertNoHalfWrittenLogFile(out) == Seq("0", "1"))
+    }
+  }
+
+  test("a failure publishing a compact file fails the query; a restart recovers") {
+    runWithFault("rename", "_spark_metadata/2\\.compact$", cleanBatches = 2) { out =>
+      assert(assertNoHalfWrittenLogFile(out) == Seq("0", "1"))
+    }
+  }
+
+  test("a failure deleting expired log files fails the query; a restart recovers") {
+    // minBatchesToRetain 2, compactInterval 3: batch 4 is the first to expire files 0 and 1.
+    runWithFault("delete", "_spark_metadata/[0-9]+$", cleanBatches = 4) { out =>
+      // Batch 4 was logged before the cleanup failed: its rerun is skipped, not duplicated.
+      assert(assertNoHalfWrittenLogFile(out) == Seq("0", "1", "2.compact", "3", "4"))
+    }
+  }
+
+  test("a crash midway through deleting expired log files keeps the compact interval") {
+    // Found by the SIGKILL crash test: deleting in listing order could drop 8.compact and keep
+    // 5.compact; the next start derived interval 6 from {5, 11}.compact and the log broke.
+    val out = tempDir()
+    val chk = tempDir()
+    implicit val sqlContext: SQLContext = spark.sqlContext
+    import sqlContext.implicits._
+    val input = MemoryStream[Int]
+    clearFault()
+    spark.conf.set(BatchLogConf.DeletionKey, "false")
+    var q = start(input, out, chk)
+    try {
+      (0 until 13).foreach { b => input.addData(rows(b)); q.processAllAvailable() }
+    } finally {
+      q.stop()
+      spark.conf.unset(BatchLogConf.DeletionKey)
+    }
+    // Batch 13 expires log files 0 .. 10 (below 11.compact); the 6th delete fails.
+    setFault("delete", "_spark_metadata/[0-9]+(\\.compact)?$")
+    spark.conf.set(BatchLogConf.FaultNthKey, "6")
+    try {
+      q = start(input, out, chk)
+      input.addData(rows(13))
+      intercept[StreamingQueryException](q.processAllAvailable())
+      q.stop()
+    } finally clearFault()
+    val left = assertNoHalfWrittenLogFile(out).map(_.stripSuffix(".compact").toLong).sorted
+    assert(left == (left.head to 13L), s"survivors are not the newest contiguous range: $left")
+    assert(new BatchTaggedFileStreamSinkLog(spark, metaDir(out).getPath).interval == 3)
+    q = start(input, out, chk)
+    try {
+      q.processAllAvailable()
+      (14 until 18).foreach { b => input.addData(rows(b)); q.processAllAvailable() }
+    } finally q.stop()
+    assertSinkHolds(out, 18)
+  }
+
+  test("the fault manager is the one Spark uses, and delegates without a fault") {
+    val out = tempDir()
+    val chk = tempDir()
+    implicit val sqlContext: SQLContext = spark.sqlContext
+    import sqlContext.implicits._
+    val input = MemoryStream[Int]
+    clearFault()
+    val q = start(input, out, chk)
+    try {
+      (0 until 3).foreach { b => input.addData(rows(b)); q.processAllAvailable() }
+    } finally q.stop()
+    assertSinkHolds(out, 3)
+    val fm = org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager
+      .create(new Path(chk.getPath), spark.sessionState.newHadoopConf())
+    assert(fm.isInstanceOf[FaultInjectingCheckpointFileManager])
+  }
+}

@@ -1,0 +1,227 @@
+"""Helpers for the reliability tests (crash, repair, vacuum, verify, bad input).
+
+Real Spark, real files, real processes: nothing here mocks Spark or the file system.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO / "python") not in sys.path:
+    sys.path.insert(0, str(REPO / "python"))
+
+import batchlog  # noqa: E402
+from pyspark.sql import SparkSession  # noqa: E402
+
+APPS = Path(__file__).resolve().parent / "apps"
+PYTHON = sys.executable
+FAULT_MANAGER = "io.batchlog.faults.FaultInjectingCheckpointFileManager"
+LOG_NAME = re.compile(r"^(\d+)(\.compact)?$")
+TAGGED = re.compile(
+    r"part-\d+-batch-(\d+)-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+)
+
+
+@pytest.fixture(scope="module")
+def spark_session() -> Iterator[SparkSession]:
+    """The shared session with batchlog (not stopped: other modules reuse it)."""
+    session = (
+        batchlog.configure(SparkSession.builder)
+        .master("local[2]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+
+
+def spark_submit() -> str:
+    import pyspark
+
+    return str(Path(pyspark.__file__).parent / "bin" / "spark-submit")
+
+
+def write_input(inp: Path, first_file: int, n_files: int, rows_per_file: int) -> list[int]:
+    """JSON input files ``in-<k>.json`` with ids k*1000+i; returns the ids written."""
+    inp.mkdir(parents=True, exist_ok=True)
+    ids = []
+    for k in range(first_file, first_file + n_files):
+        lines = []
+        for i in range(rows_per_file):
+            rid = k * 1000 + i
+            ids.append(rid)
+            lines.append(json.dumps({"id": rid, "part": f"p{rid % 3}", "payload": "x" * 20}))
+        tmp = inp / f".in-{k:04d}.json.tmp"
+        tmp.write_text("\n".join(lines) + "\n")
+        tmp.rename(inp / f"in-{k:04d}.json")  # the file source must never see a partial file
+    return ids
+
+
+def plain_read(out: Path, id_col: str = "id") -> dict[str, Any]:
+    """The sink read back by plain Spark in a subprocess without the batchlog jar."""
+    env = {k: v for k, v in os.environ.items() if k != "PYSPARK_SUBMIT_ARGS"}
+    r = subprocess.run(
+        [PYTHON, str(APPS / "plain_read.py"), str(out), id_col],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    result: dict[str, Any] = json.loads(r.stdout.strip().splitlines()[-1])
+    return result
+
+
+def local_path(logged: str) -> Path:
+    """A logged path (``file:///...``, URL-encoded as Spark's SparkPath writes it) as a Path."""
+    u = urlparse(logged)
+    assert u.scheme == "file", logged
+    return Path(unquote(u.path))
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    """Every file below ``root`` with its bytes (to assert that nothing changed)."""
+    return {
+        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
+    }
+
+
+def check_log(out: Path, compact_interval: int, junk: frozenset[str] = frozenset()) -> dict:
+    """Checks ``out/_spark_metadata`` from the bytes on disk, independently of the JVM code.
+
+    Every visible file is a complete log file (``v1`` header, one JSON entry per line); every
+    entry is tagged with its batch (the file's batch for a batch file, the name's batch always);
+    the live files (latest compact file and the batch files after it) are all present, and every
+    live logged data file exists with the logged size. Returns ``latest`` and ``live`` entries.
+    """
+    meta = out / "_spark_metadata"
+    ids: dict[int, bool] = {}
+    for f in sorted(meta.iterdir()):
+        if f.name.startswith(".") or f.name in junk:
+            continue
+        m = LOG_NAME.match(f.name)
+        assert m, f"unexpected visible file in the log: {f}"
+        bid, is_compact = int(m.group(1)), bool(m.group(2))
+        assert not is_compact or (bid + 1) % compact_interval == 0, f"misplaced compact {f}"
+        lines = f.read_text(encoding="utf-8").split("\n")
+        assert lines[0] == "v1", f"{f}: header {lines[0]!r}"
+        for n, line in enumerate(lines[1:], start=2):
+            e = json.loads(line)  # a half-written line fails here
+            assert set(e) == {
+                "path",
+                "size",
+                "isDir",
+                "modificationTime",
+                "blockReplication",
+                "blockSize",
+                "action",
+                "batchId",
+            }, f"{f}:{n}: {line}"
+            name_batch = TAGGED.search(e["path"].rsplit("/", 1)[-1])
+            assert name_batch and int(name_batch.group(1)) == e["batchId"], f"{f}:{n}: {line}"
+            if not is_compact:
+                assert e["batchId"] == bid, f"{f}:{n} is in batch file {bid}: {line}"
+            else:
+                assert e["batchId"] <= bid, f"{f}:{n}: {line}"
+        ids[bid] = ids.get(bid, False) or is_compact
+    if not ids:
+        return {"latest": -1, "live": []}
+    latest = max(ids)
+    compacts = [i for i, c in ids.items() if c]
+    base = max(compacts) if compacts else -1
+    live_ids = ([base] if base >= 0 else []) + list(range(base + 1, latest + 1))
+    live = []
+    for i in live_ids:
+        assert i in ids, f"log file {i} missing: the log lists {sorted(ids)}"
+        name = f"{i}.compact" if i == base else str(i)
+        for line in (meta / name).read_text(encoding="utf-8").split("\n")[1:]:
+            e = json.loads(line)
+            p = local_path(e["path"])
+            assert p.is_file(), f"logged file missing: {p} (in {name})"
+            assert p.stat().st_size == e["size"], f"size of {p} differs from the log"
+            live.append(e)
+    paths = [e["path"] for e in live]
+    assert len(paths) == len(set(paths)), "a file is logged twice"
+    return {"latest": latest, "live": live}
+
+
+def run_cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    """``python -m batchlog ARGS`` in a subprocess (its own Spark session)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO / "python") + os.pathsep + env.get("PYTHONPATH", "")
+    return subprocess.run(
+        [PYTHON, "-m", "batchlog", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+    )
+
+
+def wait_for(pred: Any, timeout: float, step: float = 0.05) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(step)
+    return False
+
+
+@contextmanager
+def sql_conf(spark: SparkSession, **kv: str) -> Iterator[None]:
+    """Sets SQL confs (pass keys as ``**{"spark.x": "v"}``) for the block, then restores them."""
+    old = {k: spark.conf.get(k, None) for k in kv}
+    for k, v in kv.items():
+        spark.conf.set(k, v)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, v)
+
+
+SINK_CONFS = {
+    "spark.sql.streaming.fileSink.log.compactInterval": "3",
+    "spark.sql.streaming.commitProtocolClass": "io.batchlog.BatchTaggedCommitProtocol",
+}
+
+
+def run_stream(
+    spark: SparkSession, inp: Path, out: Path, chk: Path, partition_by: str = "part"
+) -> None:
+    """Runs the file source -> parquet sink query until all input present is processed
+    (one input file per batch, compactInterval 3)."""
+    with sql_conf(spark, **SINK_CONFS):
+        q = (
+            spark.readStream.schema("id LONG, part STRING, payload STRING")
+            .option("maxFilesPerTrigger", 1)
+            .json(str(inp))
+            .writeStream.format("parquet")
+            .partitionBy(partition_by)
+            .option("checkpointLocation", str(chk))
+            .trigger(availableNow=True)
+            .start(str(out))
+        )
+        q.awaitTermination()
+
+
+def read_ids(spark: SparkSession, out: Path) -> list[int]:
+    """The ``id``s plain Spark reads from the sink (through its log), sorted."""
+    return sorted(r[0] for r in spark.read.parquet(str(out)).select("id").collect())
