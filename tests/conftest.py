@@ -14,22 +14,15 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
+from support import PYTHON_DIR, REPO, batchlog, get_spark, session_conf
 
-REPO = Path(__file__).resolve().parents[1]
-PYTHON_DIR = REPO / "python"
-sys.path.insert(0, str(PYTHON_DIR))
-
-import batchlog  # noqa: E402
-from pyspark.sql import SparkSession  # noqa: E402
-from pyspark.sql.streaming import StreamingQuery  # noqa: E402
-
-# The package under test must be this checkout's, not whatever `.venv` has installed.
-assert Path(batchlog.__file__).resolve().parent == PYTHON_DIR / "batchlog", batchlog.__file__
+__all__ = ["PYTHON_DIR", "session_conf"]  # re-exported for the test modules
 
 COMMIT_PROTOCOL_KEY = "spark.sql.streaming.commitProtocolClass"
 COMPACT_INTERVAL_KEY = "spark.sql.streaming.fileSink.log.compactInterval"
@@ -79,34 +72,10 @@ def batchlog_jar() -> str:
 @pytest.fixture(scope="session")
 def spark(batchlog_jar: str) -> Iterator[SparkSession]:
     """One local Spark session for the suite, with the batchlog jar on its class path."""
-    session = (
-        batchlog.configure(SparkSession.builder)
-        .master("local[2]")
-        .appName("batchlog-pytest")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
+    session = get_spark()
     assert batchlog_jar in session.conf.get("spark.jars", "")
     yield session
     session.stop()
-
-
-@contextmanager
-def session_conf(spark: SparkSession, conf: Mapping[str, str]) -> Iterator[None]:
-    """Sets session confs for the block, restoring the previous values after it."""
-    before: dict[str, str | None] = {k: spark.conf.get(k, None) for k in conf}
-    for k, v in conf.items():
-        spark.conf.set(k, v)
-    try:
-        yield
-    finally:
-        for k, v in before.items():
-            if v is None:
-                spark.conf.unset(k)
-            else:
-                spark.conf.set(k, v)
 
 
 # ---- streaming helpers -------------------------------------------------------------------------

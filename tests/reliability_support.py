@@ -12,19 +12,16 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
 import pytest
+from pyspark.sql import SparkSession
+from support import REPO, batchlog, get_spark, session_conf
 
-REPO = Path(__file__).resolve().parent.parent
-if str(REPO / "python") not in sys.path:
-    sys.path.insert(0, str(REPO / "python"))
-
-import batchlog  # noqa: E402
-from pyspark.sql import SparkSession  # noqa: E402
+__all__ = ["REPO", "batchlog"]  # test modules import these from here
 
 APPS = Path(__file__).resolve().parent / "apps"
 PYTHON = sys.executable
@@ -38,15 +35,7 @@ TAGGED = re.compile(
 @pytest.fixture(scope="module")
 def spark_session() -> Iterator[SparkSession]:
     """The shared session with batchlog (not stopped: other modules reuse it)."""
-    session = (
-        batchlog.configure(SparkSession.builder)
-        .master("local[2]")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
+    yield get_spark()
 
 
 def spark_submit() -> str:
@@ -181,20 +170,9 @@ def wait_for(pred: Any, timeout: float, step: float = 0.05) -> bool:
     return False
 
 
-@contextmanager
-def sql_conf(spark: SparkSession, **kv: str) -> Iterator[None]:
+def sql_conf(spark: SparkSession, **kv: str) -> AbstractContextManager[None]:
     """Sets SQL confs (pass keys as ``**{"spark.x": "v"}``) for the block, then restores them."""
-    old = {k: spark.conf.get(k, None) for k in kv}
-    for k, v in kv.items():
-        spark.conf.set(k, v)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                spark.conf.unset(k)
-            else:
-                spark.conf.set(k, v)
+    return session_conf(spark, kv)
 
 
 SINK_CONFS = {

@@ -11,25 +11,15 @@ import os
 import re
 import shutil
 import subprocess
-import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-PYTHON_DIR = REPO / "python"
-if str(PYTHON_DIR) not in sys.path:
-    sys.path.insert(0, str(PYTHON_DIR))
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from support import PYTHON_DIR, REPO, batchlog, get_spark, session_conf
 
-import batchlog  # noqa: E402
-from pyspark.sql import DataFrame, SparkSession  # noqa: E402
-from pyspark.sql import functions as F  # noqa: E402
-
-# The shared venv has an editable install of another checkout's batchlog: make sure the package
-# (and so the jar) under test is this worktree's. Test modules import batchlog from here.
-assert Path(batchlog.__file__).resolve().parent == PYTHON_DIR / "batchlog", batchlog.__file__
+__all__ = ["batchlog", "get_spark"]  # test modules import these from here
 
 VENV_PYTHON = REPO / ".venv" / "bin" / "python"
 
@@ -48,39 +38,8 @@ ROWS = 5
 DATA_FILE_BATCH = re.compile(r"part-\d+-batch-(\d+)-")
 
 
-def get_spark() -> SparkSession:
-    spark = (
-        batchlog.configure(SparkSession.builder)
-        .master("local[2]")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
-
-
-def _session_conf(spark: SparkSession, confs: dict[str, str | None]) -> Iterator[None]:
-    before = {k: spark.conf.get(k, None) for k in confs}
-    try:
-        for k, v in confs.items():
-            if v is None:
-                spark.conf.unset(k)
-            else:
-                spark.conf.set(k, v)
-        yield
-    finally:
-        for k, v in before.items():
-            if v is None:
-                spark.conf.unset(k)
-            else:
-                spark.conf.set(k, v)
-
-
-@contextmanager
-def confs(spark: SparkSession, settings: dict[str, str | None]) -> Iterator[None]:
-    """Sets (None: unsets) session confs for the block, then restores the previous values."""
-    yield from _session_conf(spark, settings)
+#: Sets (None: unsets) session confs for the block, then restores the previous values.
+confs = session_conf
 
 
 # ---- input files ---------------------------------------------------------------------------

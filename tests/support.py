@@ -1,0 +1,57 @@
+"""Plumbing every test module shares: this checkout's package first on ``sys.path``, the Spark
+session with the batchlog jar, and session confs set for a block.
+
+The suite tests *this checkout's* Python package and the jar built into it
+(``python/batchlog/jars/batchlog.jar``, ``dev/sbt copyJarToPython``), whatever the virtualenv's
+editable install points at.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PYTHON_DIR = REPO / "python"
+if str(PYTHON_DIR) not in sys.path:
+    sys.path.insert(0, str(PYTHON_DIR))
+
+import batchlog  # noqa: E402
+from pyspark.sql import SparkSession  # noqa: E402
+
+assert Path(batchlog.__file__).resolve().parent == PYTHON_DIR / "batchlog", batchlog.__file__
+
+
+def get_spark() -> SparkSession:
+    """The one session of the test process: local[2], the batchlog jar, quiet logs."""
+    spark = (
+        batchlog.configure(SparkSession.builder)
+        .master("local[2]")
+        .appName("batchlog-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+@contextmanager
+def session_conf(spark: SparkSession, conf: Mapping[str, str | None]) -> Iterator[None]:
+    """Sets (``None``: unsets) session confs for the block, then restores the previous values."""
+    before = {k: spark.conf.get(k, None) for k in conf}
+    try:
+        for k, v in conf.items():
+            if v is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, v)
+        yield
+    finally:
+        for k, old in before.items():
+            if old is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, old)
