@@ -39,14 +39,24 @@ lazy val batchlog = (project in file("jvm"))
     name := "batchlog",
     sparkJarsDir := {
       sys.env.get("SPARK_JARS_DIR").map(file).getOrElse {
-        val found = ((baseDirectory.value / ".." / ".venv" / "lib") * "python3*" / "site-packages" / "pyspark" / "jars").get
+        val found = ((baseDirectory
+          .value / ".." / ".venv" / "lib") * "python3*" / "site-packages" / "pyspark" / "jars").get
         found.headOption.getOrElse(
-          sys.error("Spark 4.3.0 jars not found: run dev/setup (installs pyspark==4.3.0 into .venv) or set SPARK_JARS_DIR"))
+          sys.error(
+            "Spark 4.3.0 jars not found: run dev/setup (installs pyspark==4.3.0 into .venv) or set SPARK_JARS_DIR"
+          )
+        )
       }
     },
     Compile / unmanagedJars ++= (sparkJarsDir.value * "*.jar").classpath,
     libraryDependencies += "org.scalatest" %% "scalatest" % "3.2.19" % Test,
-    scalacOptions ++= Seq("-deprecation", "-feature", "-unchecked", "-release:17", "-Wunused:imports"),
+    scalacOptions ++= Seq(
+      "-deprecation",
+      "-feature",
+      "-unchecked",
+      "-release:17",
+      "-Wunused:imports"
+    ),
     javacOptions ++= Seq("--release", "17"),
     Test / fork := true,
     Test / parallelExecution := false,
