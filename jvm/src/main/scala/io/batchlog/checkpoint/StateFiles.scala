@@ -27,7 +27,9 @@ object StateFiles {
 
   val ProviderConfKey = "spark.sql.streaming.stateStore.providerClass"
 
-  private val Versioned = "([0-9]+)(?:_[0-9a-fA-F-]+)?\\.(?:delta|snapshot|zip|changelog)".r
+  // RocksDB format v2 also keeps a `V_<uuid>.zip.crc` / `.changelog.crc` checksum file.
+  private val Versioned =
+    "([0-9]+)(?:_[0-9a-fA-F-]+)?\\.(?:delta|snapshot|zip|changelog)(?:\\.crc)?".r
   private val BatchNamed = "([0-9]+)(?:_[0-9a-fA-F-]+)?".r
 
   /** Files under `state/` that a rewind to `toBatch` must delete. */
