@@ -27,6 +27,7 @@ APPS = Path(__file__).resolve().parent / "apps"
 PYTHON = sys.executable
 FAULT_MANAGER = "io.batchlog.faults.FaultInjectingCheckpointFileManager"
 LOG_NAME = re.compile(r"^(\d+)(\.compact)?$")
+INDEX_NAME = re.compile(r"^(\d+\.compact)\.index$")
 TAGGED = re.compile(
     r"part-\d+-batch-(\d+)-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 )
@@ -101,6 +102,10 @@ def check_log(out: Path, compact_interval: int, junk: frozenset[str] = frozenset
     ids: dict[int, bool] = {}
     for f in sorted(meta.iterdir()):
         if f.name.startswith(".") or f.name in junk:
+            continue
+        if mi := INDEX_NAME.match(f.name):  # batchlog's per-batch index of a compact file
+            assert (meta / mi.group(1)).exists(), f"index without its compact file: {f}"
+            assert f.read_text(encoding="utf-8").startswith("batchlog-index v1\n"), f
             continue
         m = LOG_NAME.match(f.name)
         assert m, f"unexpected visible file in the log: {f}"

@@ -16,7 +16,7 @@ import org.apache.spark.sql.streaming.{StreamingQuery, StreamingQueryException}
 
 import io.batchlog.commit.DataFileNaming
 import io.batchlog.faults.FaultInjectingCheckpointFileManager
-import io.batchlog.log.{BatchTaggedFileStreamSinkLog, LogFormat}
+import io.batchlog.log.{BatchTaggedFileStreamSinkLog, CompactIndex, LogFormat}
 import io.batchlog.ops.Verify
 
 /**
@@ -78,12 +78,21 @@ class FaultInjectionSuite extends AnyFunSuite with BeforeAndAfterAll {
 
   /**
    * The visible log files: every non-hidden name is a log file (`N` or `N.compact`) that parses
-   * completely; no temp file of an aborted write is left behind.
+   * completely, or the complete index of a compact file that is there; no temp file of an aborted
+   * write is left behind.
    */
   private def assertNoHalfWrittenLogFile(out: File): Seq[String] = {
     val names = metaDir(out).list().toSeq.sorted
     val visible = names.filterNot(n => n.startsWith("."))
-    visible.foreach { n =>
+    val (indexes, logs) = visible.partition(CompactIndex.isIndexFile)
+    indexes.foreach { n =>
+      assert(
+        logs.contains(n.stripSuffix(CompactIndex.Suffix)),
+        s"index without its compact file: $names"
+      )
+      assert(Files.readAllLines(new File(metaDir(out), n).toPath).get(0) == CompactIndex.Header)
+    }
+    logs.foreach { n =>
       assert(logFileName.matches(n), s"unexpected file $n in _spark_metadata: $names")
       val lines = Files.readAllLines(new File(metaDir(out), n).toPath).asScala
       assert(lines.head == LogFormat.Header, s"$n has header ${lines.head}")
@@ -91,7 +100,7 @@ class FaultInjectionSuite extends AnyFunSuite with BeforeAndAfterAll {
     }
     val temps = names.filter(_.endsWith(".tmp"))
     assert(temps.isEmpty, s"temp files of an aborted write left behind: $temps")
-    visible
+    logs
   }
 
   /** The log is valid and plain Spark reads exactly the rows of `batches`. */

@@ -259,12 +259,13 @@ class BatchTaggedFileStreamSinkLog(
       def expired(p: Path): Boolean =
         isBatchFile(new Path(p.getParent, logName(p))) &&
           getBatchIdFromFileName(logName(p)) < minCompactionBatchId
-      // (a compact file before its index)
+      // An index before its compact file: a crash between leaves a compact file without an
+      // index (rebuilt when read), never an index without its compact file.
+      def order(f: FileStatus) =
+        (getBatchIdFromFileName(logName(f.getPath)), !CompactIndex.isIndexFile(f.getPath.getName))
       fileManager
         .list(metadataPath, (p: Path) => expired(p))
-        .sortBy(f =>
-          (getBatchIdFromFileName(logName(f.getPath)), CompactIndex.isIndexFile(f.getPath.getName))
-        )
+        .sortBy(order)
         .foreach { f => if (f.getModificationTime <= expiredTime) fileManager.delete(f.getPath) }
     }
   }

@@ -109,8 +109,9 @@ object LogTruncation {
     }
     t.delete.foreach { id =>
       val file = new Path(t.dir, t.fileName(id))
-      fm.delete(file)
+      // the index first: a crash between never leaves an index without its compact file
       if (isCompactionBatch(id, t.interval)) fm.delete(CompactIndex.pathOf(file))
+      fm.delete(file)
     }
   }
 }
