@@ -109,8 +109,10 @@ def test_damaged_log_fails_clearly_and_changes_nothing(
     # The session's compactInterval is the query's (3): without any compact file left, the log
     # can only know from it that batch 2 lives in 2.compact.
     with sql_conf(spark, **SINK_CONFS):
+        # files(b) reads only the log file holding batch b (through the compact file's index)
+        batch = 1 if name.endswith(".compact") else int(name)
         with pytest.raises(error) as e:
-            batchlog.SinkLog(spark, str(out)).files(1)
+            batchlog.SinkLog(spark, str(out)).files(batch)
         msg = str(e.value)
         names_file = re.compile(rf"_spark_metadata/{re.escape(name)}[ ,]")  # 2.compact, not 2
         assert names_file.search(msg) and fragment in msg, msg
