@@ -11,10 +11,12 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from support import PYTHON_DIR, REPO, batchlog, get_spark, session_conf
@@ -40,6 +42,23 @@ DATA_FILE_BATCH = re.compile(r"part-\d+-batch-(\d+)-")
 
 #: Sets (None: unsets) session confs for the block, then restores the previous values.
 confs = session_conf
+
+
+#: batches of the shared ids sink (one input file each)
+N_BATCHES = 20
+
+
+@pytest.fixture(autouse=True)
+def _ids_confs(spark: SparkSession) -> Iterator[None]:
+    """The ids sink's settings (compact intervals) for every test of a module that imports it."""
+    with confs(spark, IDS_CONFS):
+        yield
+
+
+@pytest.fixture
+def sink(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> IdsSink:
+    """The shared 20-batch ids sink, restored in place before the test."""
+    return shared_ids_sink(spark, tmp_path_factory.getbasetemp(), N_BATCHES)
 
 
 # ---- input files ---------------------------------------------------------------------------

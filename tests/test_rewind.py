@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,25 +17,9 @@ import rewind_support as rs
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
-from rewind_support import batchlog
 
-N_BATCHES = 20
-
-
-@pytest.fixture(scope="module")
-def spark() -> SparkSession:
-    return rs.get_spark()
-
-
-@pytest.fixture(autouse=True)
-def _ids_confs(spark: SparkSession) -> Iterator[None]:
-    with rs.confs(spark, rs.IDS_CONFS):
-        yield
-
-
-@pytest.fixture
-def sink(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> rs.IdsSink:
-    return rs.shared_ids_sink(spark, tmp_path_factory.getbasetemp(), N_BATCHES)
+# fixtures shared with the other rewind tests: the session conf and the 20-batch ids sink
+from rewind_support import N_BATCHES, _ids_confs, batchlog, sink  # noqa: E402, F401
 
 
 def assert_sink_exact(spark: SparkSession, sink: rs.IdsSink, to_batch: int, last: int) -> None:
