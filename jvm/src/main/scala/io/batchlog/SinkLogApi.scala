@@ -12,6 +12,7 @@ import org.json4s.jackson.JsonMethods.{compact, render}
 import org.apache.spark.paths.SparkPath
 import org.apache.spark.rdd.RDD
 import org.apache.spark.sql.{Column, DataFrame, Encoders, Row, SparkSession}
+import org.apache.spark.sql.execution.streaming.runtime.CompactibleFileStreamLog
 import org.apache.spark.sql.functions._
 
 import io.batchlog.commit.DataFileNaming
@@ -117,7 +118,10 @@ class SinkLogApi(spark: SparkSession, outputPath: String) {
         ("latestBatch" -> latest) ~
         ("compactInterval" -> interval) ~
         ("latestCompact" -> compacts.lastOption) ~
-        ("nextCompactionBatch" -> ((latest + interval + 1) / interval * interval - 1)) ~
+        ("nextCompactionBatch" -> CompactibleFileStreamLog.nextCompactionBatchId(
+          latest,
+          interval
+        )) ~
         ("logFiles" -> logFiles.length) ~
         ("logBytes" -> logFiles.map(_.getLen).sum) ~
         ("untaggedFiles" -> untagged._1) ~
