@@ -77,8 +77,13 @@ class BatchTaggedFileStreamSinkLog(
 
   private def ageRetentionActive: Boolean = maxAgeMs != Long.MaxValue
 
+  private lazy val metadataFs =
+    metadataPath.getFileSystem(sparkSession.sessionState.newHadoopConf())
+
+  /** One file's status: a single stat, not a listing of the whole log directory. */
   private def statusOf(file: Path): Option[FileStatus] =
-    fileManager.list(file.getParent, (p: Path) => p.getName == file.getName).headOption
+    try Some(metadataFs.getFileStatus(file))
+    catch { case _: java.io.FileNotFoundException => None }
 
   // ---- writing -------------------------------------------------------------------------------
 
