@@ -194,6 +194,7 @@ def ck_ids(ck: Path, sub: str) -> list[int]:
 
 REWIND_STEPS = [
     "intent",
+    "fence",
     "data-files",
     "sink-log",
     "state",

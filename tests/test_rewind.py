@@ -326,7 +326,9 @@ def test_stateful_rewind_replays_exactly(
 CRASH_TO = 16
 
 
-@pytest.mark.parametrize("step", ["intent", "data-files", "sink-log", "source-logs", "commits"])
+@pytest.mark.parametrize(
+    "step", ["intent", "fence", "data-files", "sink-log", "source-logs", "commits"]
+)
 def test_crash_mid_rewind_refuses_writes_then_resumes(
     spark: SparkSession, sink: rs.IdsSink, step: str
 ) -> None:

@@ -22,6 +22,7 @@ from pyspark.sql import SparkSession
 
 from batchlog.errors import (
     BatchLogError,
+    BatchOutOfOrderError,
     BeyondHorizonError,
     CorruptLogError,
     InvalidArgumentError,
@@ -31,14 +32,18 @@ from batchlog.errors import (
     QueryActiveError,
     RaceCommittingBatchError,
     RewindInProgressError,
+    SinkChangedWhileWritingError,
+    SinkOwnedByOtherQueryError,
     UnsupportedCheckpointError,
+    WriterActiveError,
 )
-from batchlog.ops import adopt, read, repair, rewind, vacuum, verify
+from batchlog.ops import adopt, read, repair, rewind, takeover, vacuum, verify
 from batchlog.sinklog import SinkLog
 
 __all__ = [
     "COMMIT_PROTOCOL_CLASS",
     "BatchLogError",
+    "BatchOutOfOrderError",
     "BeyondHorizonError",
     "CorruptLogError",
     "InvalidArgumentError",
@@ -48,14 +53,18 @@ __all__ = [
     "QueryActiveError",
     "RaceCommittingBatchError",
     "RewindInProgressError",
+    "SinkChangedWhileWritingError",
     "SinkLog",
+    "SinkOwnedByOtherQueryError",
     "UnsupportedCheckpointError",
+    "WriterActiveError",
     "adopt",
     "configure",
     "jar_path",
     "read",
     "repair",
     "rewind",
+    "takeover",
     "vacuum",
     "verify",
 ]

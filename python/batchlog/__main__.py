@@ -126,7 +126,9 @@ def print_rewind_plan(plan: dict[str, Any], dry_run: bool) -> None:
 
 
 def cmd_rewind(spark: SparkSession, args: argparse.Namespace) -> int:
-    report = batchlog.rewind(spark, args.path, args.checkpoint, args.to_batch, dry_run=args.dry_run)
+    report = batchlog.rewind(
+        spark, args.path, args.checkpoint, args.to_batch, dry_run=args.dry_run, force=args.force
+    )
     print_rewind_plan(report["plan"], args.dry_run)
     if report["result"]:
         r = report["result"]
@@ -134,6 +136,32 @@ def cmd_rewind(spark: SparkSession, args: argparse.Namespace) -> int:
             f"\ndone: deleted {r['dataFilesDeleted']} data files in {r['elapsedMs'] / 1000:.1f} s. "
             f"Restart the query with the same checkpoint to re-run batch {r['toBatch']}."
         )
+    return 0
+
+
+def cmd_takeover(spark: SparkSession, args: argparse.Namespace) -> int:
+    r = batchlog.takeover(spark, args.path, args.checkpoint, dry_run=args.dry_run, force=args.force)
+    print(f"sink            {r['sink']}")
+    print(f"checkpoint      {r['checkpoint']} (query {r['queryId']})")
+    if r["alreadyOwner"]:
+        print("owner           already this query; nothing to do")
+        return 0
+    previous = r["previousOwner"]
+    print(
+        "previous owner  "
+        + (f"query {previous} (from batch {r['previousOwnerSince']})" if previous else "(none)")
+    )
+    print(f"new owner from  batch {r['fromBatch']} (the sink's latest is {r['sinkLatestBatch']})")
+    if r["skippedBatches"]:
+        print(
+            f"warning         Spark's file sink skips batch ids <= {r['sinkLatestBatch']}: the "
+            f"query's next {r['skippedBatches']} batches (from {r['checkpointNextBatch']}) "
+            "will not be written to this sink"
+        )
+    if r["dryRun"]:
+        print("\nDRY RUN: nothing changed; run without --dry-run to take the sink over.")
+    else:
+        print("\ndone: the sink now refuses its previous owner.")
     return 0
 
 
@@ -200,7 +228,13 @@ def cmd_verify(spark: SparkSession, args: argparse.Namespace) -> int:
 
 
 def cmd_repair(spark: SparkSession, args: argparse.Namespace) -> int:
-    r = batchlog.repair(spark, args.path, dry_run=args.dry_run, force=args.force)
+    r = batchlog.repair(
+        spark,
+        args.path,
+        dry_run=args.dry_run,
+        force=args.force,
+        compact_interval=args.compact_interval,
+    )
     print(f"sink            {r['sink']}")
     state = (
         "missing"
@@ -211,10 +245,16 @@ def cmd_repair(spark: SparkSession, args: argparse.Namespace) -> int:
     if not r["needed"] and not args.force:
         print("nothing to do: the log is healthy (--force rebuilds it anyway)")
         return 0
+    assumed = " -- ASSUMED" if r["compactIntervalAssumed"] else ""
     print(
-        f"compaction      every {r['compactInterval']} batches (from the log's compact files, "
-        "else spark.sql.streaming.fileSink.log.compactInterval: pass the query's with --conf)"
+        f"compaction      every {r['compactInterval']} batches "
+        f"(from {r['compactIntervalSource']}){assumed}"
     )
+    if r["rewindInProgress"] is not None:
+        print(
+            f"rewind          unfinished, to batch {r['rewindInProgress']}: finish it first "
+            "(re-run the same rewind command)"
+        )
     print(
         f"data files      {r['dataFiles']} ({human_bytes(r['dataBytes'])}) in "
         f"{len(r['batches'])} batches; latest batch {r['latestBatch']}"
@@ -297,7 +337,22 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--checkpoint", required=True, help="the query's checkpointLocation")
     s.add_argument("--to-batch", type=int, required=True, help="first batch to run again")
     s.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    s.add_argument(
+        "--force",
+        action="store_true",
+        help="ignore a live writer lease: only for a writer known to be dead",
+    )
     s.set_defaults(fn=cmd_rewind)
+    s = sub.add_parser("takeover", help="make another query (its checkpoint) the sink's one writer")
+    s.add_argument("path", help="the sink's output directory")
+    s.add_argument("--checkpoint", required=True, help="the new writer's checkpointLocation")
+    s.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    s.add_argument(
+        "--force",
+        action="store_true",
+        help="ignore a live writer lease: only for a writer known to be dead",
+    )
+    s.set_defaults(fn=cmd_takeover)
     s = sub.add_parser(
         "adopt", help="tag the entries of a plain-Spark sink whose batch is provable"
     )
@@ -315,7 +370,18 @@ def parser() -> argparse.ArgumentParser:
     )
     s.add_argument("path", help="the sink's output directory")
     s.add_argument("--dry-run", action="store_true", help="print what would be written")
-    s.add_argument("--force", action="store_true", help="rebuild even a healthy log")
+    s.add_argument(
+        "--force",
+        action="store_true",
+        help="rebuild even a healthy log; ignore a live writer lease (a writer known dead)",
+    )
+    s.add_argument(
+        "--compact-interval",
+        type=int,
+        metavar="N",
+        help="the query's spark.sql.streaming.fileSink.log.compactInterval (default: from the "
+        "sink's record or compact files)",
+    )
     s.set_defaults(fn=cmd_repair)
     s = sub.add_parser(
         "vacuum", help="delete orphan data files (not in the log) older than a duration"

@@ -50,13 +50,13 @@ class NotACheckpointError(BatchLogError):
 
 
 class UnsupportedCheckpointError(BatchLogError):
-    """A checkpoint piece cannot be rolled back; nothing was changed."""
+    """A checkpoint piece cannot be rolled back, or belongs to another query."""
 
     code = "UNSUPPORTED_CHECKPOINT"
 
 
 class BeyondHorizonError(BatchLogError):
-    """The rewind target is older than the rewind horizon; nothing was changed."""
+    """The rewind target is older than the rewind horizon."""
 
     code = "BEYOND_REWIND_HORIZON"
 
@@ -73,6 +73,30 @@ class QueryActiveError(BatchLogError):
     code = "QUERY_ACTIVE"
 
 
+class WriterActiveError(BatchLogError):
+    """A live query writes the sink (its writer lease is fresh); stop it, or force if it is dead."""
+
+    code = "WRITER_ACTIVE"
+
+
+class SinkOwnedByOtherQueryError(BatchLogError):
+    """Another query owns the sink; each sink has one writer (see ``takeover``)."""
+
+    code = "SINK_OWNED_BY_OTHER_QUERY"
+
+
+class SinkChangedWhileWritingError(BatchLogError):
+    """The sink was rewound, repaired or taken over under a running query, which stopped."""
+
+    code = "SINK_CHANGED_WHILE_WRITING"
+
+
+class BatchOutOfOrderError(BatchLogError):
+    """The log accepts only the batch after its latest one."""
+
+    code = "BATCH_OUT_OF_ORDER"
+
+
 _BY_CODE: dict[str, type[BatchLogError]] = {
     cls.code: cls
     for cls in (
@@ -86,6 +110,10 @@ _BY_CODE: dict[str, type[BatchLogError]] = {
         BeyondHorizonError,
         RewindInProgressError,
         QueryActiveError,
+        WriterActiveError,
+        SinkOwnedByOtherQueryError,
+        SinkChangedWhileWritingError,
+        BatchOutOfOrderError,
     )
 }
 

@@ -21,13 +21,16 @@ def rewind(
     to_batch: int,
     dry_run: bool = False,
     quiet: bool = False,
+    force: bool = False,
 ) -> dict[str, Any]:
     """Rewinds a file sink and its query's checkpoint so that batch ``to_batch`` runs again.
 
     Deletes the data files of batches >= ``to_batch``, cuts the sink log back to
     ``to_batch - 1`` and the checkpoint (offsets, commits, file-source logs, state versions)
     back so that restarting the *same* query re-runs ``to_batch`` with exactly the input it had,
-    then continues. Stop the query first.
+    then continues. Stop the query first: while a query writes the sink (its writer lease is
+    live) the rewind refuses with ``WriterActiveError``; ``force=True`` overrides that for a
+    writer known to be dead (its driver was killed less than the lease timeout ago).
 
     Returns ``{"plan": {...}, "result": {...} | None}``; with ``dry_run`` nothing is changed and
     ``result`` is None. An interrupted rewind is finished by calling this again with the same
@@ -35,7 +38,29 @@ def rewind(
     """
     with jvm_errors():
         report = batchlog_package(spark).Operations.rewind(
-            jsession(spark), sink_path, checkpoint_path, int(to_batch), dry_run, quiet
+            jsession(spark), sink_path, checkpoint_path, int(to_batch), dry_run, quiet, force
+        )
+    result: dict[str, Any] = json.loads(report)
+    return result
+
+
+def takeover(
+    spark: SparkSession,
+    sink_path: str,
+    checkpoint_path: str,
+    dry_run: bool = False,
+    force: bool = False,
+) -> dict[str, Any]:
+    """Makes the query of ``checkpoint_path`` the sink's one writer from the batch after its latest.
+
+    A sink refuses every query but its owner (``SinkOwnedByOtherQueryError``). Stop the owner
+    first (``force=True`` for one known to be dead). Spark's file sink skips every batch id
+    already in the log, so the new owner writes nothing until its batch ids pass the sink's
+    latest: ``skippedBatches`` in the report says how many of its batches that is.
+    """
+    with jvm_errors():
+        report = batchlog_package(spark).Operations.takeover(
+            jsession(spark), sink_path, checkpoint_path, dry_run, force
         )
     result: dict[str, Any] = json.loads(report)
     return result
@@ -103,17 +128,29 @@ def repair(
     dry_run: bool = False,
     force: bool = False,
     quiet: bool = False,
+    compact_interval: int | None = None,
 ) -> dict[str, Any]:
     """Rebuilds a lost or damaged ``_spark_metadata`` from the data files' batch-tagged names.
 
     Does nothing when the log is healthy (unless ``force``). A damaged log is renamed to
     ``_spark_metadata.broken-<ts>``, never deleted. Files without a batch in their name are
-    reported (``untagged``) and left out. Stop the query first; restart it with its checkpoint
-    afterwards. ``written`` tells whether a new log was written.
+    reported (``untagged``) and left out. Stop the query first (``force`` also overrides a live
+    writer lease); restart it with its checkpoint afterwards. ``written`` tells whether a new
+    log was written.
+
+    The new log is laid out for the query's compact interval: ``compact_interval`` if given,
+    else the one the sink records (``compactIntervalSource`` says where it came from;
+    ``compactIntervalAssumed`` is true when nothing recorded it and the session's setting was
+    used).
     """
     with jvm_errors():
         report = batchlog_package(spark).Operations.repair(
-            jsession(spark), sink_path, dry_run, force, quiet
+            jsession(spark),
+            sink_path,
+            dry_run,
+            force,
+            quiet,
+            None if compact_interval is None else int(compact_interval),
         )
     result: dict[str, Any] = json.loads(report)
     return result

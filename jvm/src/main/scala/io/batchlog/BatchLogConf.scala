@@ -65,6 +65,25 @@ object BatchLogConf {
     spark.conf.getOption(DeleteParallelismKey).map(_.toInt).getOrElse(DeleteParallelismDefault)
 
   /**
+   * How long a writer lease stays live without a refresh (a duration like `2m`). A query writing a
+   * sink refreshes its lease (`_spark_metadata/batchlog-lease.json`) every quarter of this and
+   * removes it when it stops; rewind and takeover refuse while a live lease names another writer.
+   */
+  val WriterLeaseTimeoutKey = "spark.batchlog.writer.leaseTimeout"
+  val WriterLeaseTimeoutDefault = "2m"
+
+  def writerLeaseTimeoutMs(spark: SparkSession): Long = {
+    val v = spark.conf.getOption(WriterLeaseTimeoutKey).getOrElse(WriterLeaseTimeoutDefault)
+    scala.util.Try(JavaUtils.timeStringAsMs(v)).filter(_ > 0).getOrElse(
+      throw BatchLogException.invalidArgument(
+        WriterLeaseTimeoutKey,
+        v,
+        "it must be a positive duration such as 2m or 30s"
+      )
+    )
+  }
+
+  /**
    * Test-only fault injection: the JVM halts (as if killed) right after the named rewind step (one
    * of `io.batchlog.ops.Rewind.Steps`).
    */

@@ -3,11 +3,34 @@ package io.batchlog
 /**
  * The errors batchlog raises, each with a message that names the file or argument at fault and the
  * way out. `code` is stable: the Python facade maps it to a Python exception class.
+ *
+ * What the failed call left behind is not the raiser's to say: the same corrupt line is met by a
+ * read (which changes nothing), a compaction (whose temp file is discarded) and a rewind (which may
+ * have done half its steps). So the message says what is wrong and how out; the entry point that
+ * knows adds the `outcome` ([[withOutcome]], [[BatchLogException.unchanged]]), e.g. "Nothing was
+ * changed." — and only where that is true.
  */
-class BatchLogException(val code: String, message: String, cause: Throwable = null)
-    extends RuntimeException(message, cause)
+class BatchLogException(
+    val code: String,
+    val problem: String,
+    cause: Throwable = null,
+    val outcome: Option[String] = None
+) extends RuntimeException(problem + outcome.map(" " + _).getOrElse(""), cause) {
+
+  /** The same error with what the failed call left behind, unless that is already said. */
+  def withOutcome(what: String): BatchLogException =
+    if (outcome.isDefined) this else new BatchLogException(code, problem, this, Some(what))
+}
 
 object BatchLogException {
+
+  val NothingChanged = "Nothing was changed."
+
+  /** Runs `body`, a call that has changed nothing when it fails: its errors say so. */
+  def unchanged[T](body: => T): T =
+    try body
+    catch { case e: BatchLogException => throw e.withOutcome(NothingChanged) }
+
   val NotASink = "NOT_A_SINK"
   val CorruptLog = "CORRUPT_LOG"
   val MissingLogFile = "MISSING_LOG_FILE"
@@ -18,6 +41,10 @@ object BatchLogException {
   val BeyondHorizon = "BEYOND_REWIND_HORIZON"
   val RewindInProgress = "REWIND_IN_PROGRESS"
   val QueryActive = "QUERY_ACTIVE"
+  val WriterActive = "WRITER_ACTIVE"
+  val SinkOwnedByOtherQuery = "SINK_OWNED_BY_OTHER_QUERY"
+  val SinkChangedWhileWriting = "SINK_CHANGED_WHILE_WRITING"
+  val BatchOutOfOrder = "BATCH_OUT_OF_ORDER"
 
   def notASink(path: String): BatchLogException = new BatchLogException(
     NotASink,
@@ -28,7 +55,7 @@ object BatchLogException {
   def corruptLine(file: String, lineNo: Long, detail: String): BatchLogException =
     new BatchLogException(
       CorruptLog,
-      s"Sink log file $file, line $lineNo, is not a valid log entry ($detail). Nothing was changed. " +
+      s"Sink log file $file, line $lineNo, is not a valid log entry ($detail). " +
         "Restore the file from a backup, or run `python -m batchlog repair` to rebuild the log " +
         "from the data files' batch-tagged names."
     )
@@ -41,7 +68,7 @@ object BatchLogException {
       else s"its first line '${header.take(40)}' is not a version header like 'v1'"
     new BatchLogException(
       CorruptLog,
-      s"Sink log file $file cannot be read: $detail. Nothing was changed. If a newer tool wrote " +
+      s"Sink log file $file cannot be read: $detail. If a newer tool wrote " +
         "it, read it with that tool; otherwise restore it from a backup or run " +
         "`python -m batchlog repair`."
     )
@@ -49,7 +76,7 @@ object BatchLogException {
 
   def missingLogFile(file: String, why: String): BatchLogException = new BatchLogException(
     MissingLogFile,
-    s"Sink log file $file is missing: $why. Nothing was changed. Restore it from a backup, or run " +
+    s"Sink log file $file is missing: $why. Restore it from a backup, or run " +
       "`python -m batchlog repair` to rebuild the log from the data files' batch-tagged names."
   )
 
@@ -71,7 +98,7 @@ object BatchLogException {
 
   def unsupportedCheckpoint(what: String, why: String): BatchLogException = new BatchLogException(
     UnsupportedCheckpoint,
-    s"Cannot roll back $what: $why. Nothing was changed. Rewind supports the file source, " +
+    s"Cannot roll back $what: $why. Rewind supports the file source, " +
       "sources that only log their initial offsets (Kafka, rate), and the HDFS-backed and RocksDB " +
       "state stores; rebuild this query's output from scratch with a new checkpoint instead."
   )
@@ -79,8 +106,7 @@ object BatchLogException {
   def beyondHorizon(toBatch: Long, horizon: Long, why: String): BatchLogException =
     new BatchLogException(
       BeyondHorizon,
-      s"Cannot rewind to batch $toBatch: the oldest batch a rewind can reach is $horizon ($why). " +
-        "Nothing was changed."
+      s"Cannot rewind to batch $toBatch: the oldest batch a rewind can reach is $horizon ($why)."
     )
 
   def rewindInProgress(sink: String, toBatch: Long, checkpoint: String): BatchLogException =
@@ -95,6 +121,49 @@ object BatchLogException {
   def queryActive(sink: String): BatchLogException = new BatchLogException(
     QueryActive,
     s"A streaming query of this session is writing to $sink. Stop it (query.stop()) before " +
-      "rewinding; nothing was changed."
+      "rewinding."
   )
+
+  def writerActive(sink: String, writer: String, ageMs: Long, timeoutMs: Long): BatchLogException =
+    new BatchLogException(
+      WriterActive,
+      s"A streaming query is writing to $sink: $writer, whose writer lease was refreshed " +
+        s"${ageMs / 1000} s ago (a lease is live while refreshed within ${timeoutMs / 1000} s, " +
+        s"${BatchLogConf.WriterLeaseTimeoutKey}; a running query refreshes it every " +
+        s"${timeoutMs / 4000} s and removes it when it stops). Stop that query first. If it is " +
+        "known to be dead (its driver was killed), wait until its lease is older than the " +
+        "timeout, or pass --force (force=True)."
+    )
+
+  def sinkOwnedByOtherQuery(
+      sink: String,
+      ourQuery: String,
+      owner: String,
+      ownerSince: Long,
+      batchId: Long
+  ): BatchLogException = new BatchLogException(
+    SinkOwnedByOtherQuery,
+    s"Query $ourQuery cannot write batch $batchId to $sink: the sink is written by another " +
+      s"query, $owner (its batches from $ownerSince on; each sink has one writer). Spark's file " +
+      s"sink skips every batch id already in the sink's log, so this query's batches below " +
+      s"$batchId were not written to it. Give this query its own output path; or, if it is " +
+      s"meant to replace $owner, stop that one and run `python -m batchlog takeover $sink " +
+      "--checkpoint <this query's checkpoint> --dry-run`, then without --dry-run."
+  )
+
+  def sinkChangedWhileWriting(sink: String, batchId: Long, what: String): BatchLogException =
+    new BatchLogException(
+      SinkChangedWhileWriting,
+      s"The sink $sink was $what while this query was writing to it, so batch $batchId is not " +
+        "committed and the query stops. Restart the query from its checkpoint (after a rewind: " +
+        "the rewound checkpoint)."
+    )
+
+  def batchOutOfOrder(logPath: String, batchId: Long, latest: Long): BatchLogException =
+    new BatchLogException(
+      BatchOutOfOrder,
+      s"Cannot commit batch $batchId to the sink log $logPath: its latest batch is $latest, so " +
+        s"the next batch must be ${latest + 1}. Another process changed the sink (a rewind, a " +
+        "repair or a second writer) while this query ran. Restart the query from its checkpoint."
+    )
 }

@@ -13,9 +13,8 @@ import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.execution.streaming.ManifestFileCommitProtocol
 import org.apache.spark.sql.execution.streaming.sinks.{FileStreamSinkLog, SinkFileStatus}
 
-import io.batchlog.commit.DataFileNaming
+import io.batchlog.commit.{DataFileNaming, WriterGuard}
 import io.batchlog.log.{BatchTaggedFileStreamSinkLog, SinkLogEntry}
-import io.batchlog.ops.RewindIntent
 
 /**
  * The file sink's commit protocol, committing each micro-batch through a
@@ -25,7 +24,10 @@ import io.batchlog.ops.RewindIntent
  * It must extend `ManifestFileCommitProtocol`: `FileStreamSink.addBatch` hands its log and the
  * batch id only to committers of that type. It then behaves like its parent, except that:
  *   - data files are named `part-<split>-batch-<batchId>-<uuid><ext>` ([[DataFileNaming]]);
- *   - `commitJob` writes the batch through the tagged log, every entry tagged with the batch.
+ *   - `commitJob` writes the batch through the tagged log, every entry tagged with the batch;
+ *   - the run must be the sink's one writer ([[WriterGuard]]): checked before the tasks run and
+ *     again right before the batch is logged, so a rewind or a second query from another process
+ *     makes this query fail before it commits, never after.
  *
  * Exactly-once is the parent's: the sink skips a batch id already logged before it calls us, files
  * reach the log only through committed tasks' messages, and a batch file that already exists fails
@@ -36,6 +38,7 @@ class BatchTaggedCommitProtocol(jobId: String, path: String)
     extends ManifestFileCommitProtocol(jobId, path) {
 
   @transient private var sinkLog: BatchTaggedFileStreamSinkLog = _
+  @transient private var guard: WriterGuard = _
   private var batchId: Long = -1L
 
   /** Files written by this task attempt (executor side). */
@@ -46,15 +49,18 @@ class BatchTaggedCommitProtocol(jobId: String, path: String)
 
   override def setupManifestOptions(fileLog: FileStreamSinkLog, batchId: Long): Unit = {
     super.setupManifestOptions(fileLog, batchId)
-    this.sinkLog = BatchTaggedFileStreamSinkLog.forSink(SparkSession.active, fileLog)
+    val spark = SparkSession.active
+    this.sinkLog = BatchTaggedFileStreamSinkLog.forSink(spark, fileLog)
+    this.guard = WriterGuard.forLog(spark, sinkLog)
     this.batchId = batchId
   }
 
   override def setupJob(jobContext: JobContext): Unit = {
     require(sinkLog != null, "setupManifestOptions must be called before this function")
-    // A rewind that did not finish: writing now would mix old and new output.
-    RewindIntent.read(sinkLog.checkpointFileManager, sinkLog.metadataPath).foreach { i =>
-      throw BatchLogException.rewindInProgress(i.sink, i.toBatch, i.checkpoint)
+    try guard.beforeBatch(batchId)
+    catch {
+      case e: BatchLogException =>
+        throw e.withOutcome(s"Batch $batchId was not written to the sink; nothing was changed.")
     }
     pendingCommitFiles = new ArrayBuffer[Path]
   }
@@ -65,12 +71,23 @@ class BatchTaggedCommitProtocol(jobId: String, path: String)
       .flatMap(_.obj.asInstanceOf[Seq[SinkFileStatus]])
       .map(SinkLogEntry(_, batchId))
       .toArray
-    // Once add() is called the files may be in the log: never delete them on a failure after.
-    pendingCommitFiles.clear()
-    if (sinkLog.add(batchId, entries)) {
+    // Until the batch's log file is published its files are in no log: on a failure abortJob
+    // deletes them. Once it is published they are live: never delete them after.
+    val notCommitted = s"Batch $batchId was not committed; its data files are deleted."
+    val added =
+      try {
+        guard.beforeCommit(batchId)
+        sinkLog.add(batchId, entries)
+      } catch {
+        case e: Throwable if sinkLog.isLogged(batchId) => pendingCommitFiles.clear(); throw e
+        case e: BatchLogException => throw e.withOutcome(notCommitted)
+      }
+    if (added) {
+      pendingCommitFiles.clear()
       logInfo(s"Committed batch $batchId (${entries.length} files)")
     } else {
       throw BatchLogException.raceCommittingBatch(batchId, sinkLog.metadataPath.toString)
+        .withOutcome(notCommitted)
     }
   }
 

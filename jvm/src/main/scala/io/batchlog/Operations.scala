@@ -6,7 +6,7 @@ import org.json4s.JsonDSL._
 
 import org.apache.spark.sql.{DataFrame, SparkSession}
 
-import io.batchlog.ops.{Adopt, Horizon, ReadByBatch, Repair, Rewind, Vacuum, Verify}
+import io.batchlog.ops.{Adopt, Horizon, ReadByBatch, Repair, Rewind, Takeover, Vacuum, Verify}
 
 /**
  * The operations the Python facade and CLI call, in Java-friendly types (strings, longs, booleans,
@@ -21,9 +21,10 @@ object Operations {
       checkpointPath: String,
       toBatch: Long,
       dryRun: Boolean,
-      quiet: Boolean
+      quiet: Boolean,
+      force: Boolean
   ): String = {
-    val plan = Rewind.plan(spark, sinkPath, checkpointPath, toBatch)
+    val plan = Rewind.plan(spark, sinkPath, checkpointPath, toBatch, force)
     // A dry run reports `"result": null`: an absent value would drop the key from the JSON.
     val result = if (dryRun) JNull else parse(Rewind.apply(spark, plan, quiet))
     compact(render(("plan" -> parse(plan.toJson)) ~ ("result" -> result)))
@@ -32,6 +33,18 @@ object Operations {
   /** The rewind horizon of a sink, and of its query's checkpoint when given (may be null). */
   def horizon(spark: SparkSession, sinkPath: String, checkpointPath: String): String =
     Horizon.json(spark, sinkPath, Option(checkpointPath))
+
+  /**
+   * Makes the query of `checkpointPath` the sink's writer from the batch after its latest
+   * ([[Takeover]]). JSON: the plan, `dryRun` and `done`.
+   */
+  def takeover(
+      spark: SparkSession,
+      sinkPath: String,
+      checkpointPath: String,
+      dryRun: Boolean,
+      force: Boolean
+  ): String = Takeover.run(spark, sinkPath, checkpointPath, dryRun, force)
 
   def adopt(spark: SparkSession, sinkPath: String, dryRun: Boolean, quiet: Boolean): String =
     Adopt.run(spark, sinkPath, dryRun, quiet)
@@ -62,8 +75,10 @@ object Operations {
       sinkPath: String,
       dryRun: Boolean,
       force: Boolean,
-      quiet: Boolean
-  ): String = Repair.run(spark, sinkPath, dryRun, force, quiet)
+      quiet: Boolean,
+      compactInterval: java.lang.Integer
+  ): String =
+    Repair.run(spark, sinkPath, dryRun, force, quiet, Option(compactInterval).map(_.intValue))
 
   /** Deletes orphan data files older than `olderThan` ([[Vacuum]]). */
   def vacuum(

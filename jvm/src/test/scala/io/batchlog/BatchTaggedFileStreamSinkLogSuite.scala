@@ -12,7 +12,8 @@ import com.fasterxml.jackson.databind.ObjectMapper
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.execution.streaming.sinks.{FileStreamSinkLog, SinkFileStatus}
 
-import io.batchlog.log.{BatchTaggedFileStreamSinkLog, LogFormat, SinkLogEntry}
+import io.batchlog.log.{BatchTaggedFileStreamSinkLog, JsonRecordFile, LogFormat, SinkLogEntry}
+import io.batchlog.ops.Horizon
 
 /** Spark's own sink log, with its (protected) compact interval exposed. */
 class VanillaSinkLog(spark: SparkSession, path: String)
@@ -64,7 +65,8 @@ class BatchTaggedFileStreamSinkLogSuite extends SparkSessionTestBase {
    */
   private def logFileNames(dir: File): Set[String] = {
     val all = Option(dir.listFiles()).getOrElse(Array.empty[File]).map(_.getName)
-      .filterNot(n => n.startsWith(".") || n.endsWith(".crc")).toSet
+      .filterNot(n => n.startsWith(".") || n.endsWith(".crc") || JsonRecordFile.isRecordName(n))
+      .toSet
     val (indexes, logs) = all.partition(_.endsWith(".compact.index"))
     assert(
       indexes.map(_.stripSuffix(".index")).subsetOf(logs),
@@ -416,15 +418,29 @@ class BatchTaggedFileStreamSinkLogSuite extends SparkSessionTestBase {
         // Spark's compact files carry no batchId
         assert(readLines(new File(dir, "5.compact")).tail.forall(l => !LogFormat.isTagged(l)))
 
-        // resolution when Spark's files are read: 5.compact + 6
-        def expectedAfterVanilla(b: Long): Seq[SinkLogEntry] = {
-          val es = batch(b).toSeq
-          if (b == 6L) es // its own batch file: the batch is proven
-          else es.map(e => e.copy(batchId = if (e.path.contains("-batch-")) Some(b) else None))
-        }
-        val fromSpark = (0L to 6L).flatMap(expectedAfterVanilla)
+        // resolution when Spark's files are read (5.compact + 6): every batch file survives
+        // (deletion off), so each vanilla-named entry's batch is proven by its batch file or, for
+        // compaction batches 2 and 5, by difference with the files their compaction merged
+        val fromSpark = (0L to 6L).flatMap(batch(_).toSeq)
         assert(ours(dir).allFiles().toSet === fromSpark.toSet)
-        assert(ours(dir).allFiles().count(_.batchId.isEmpty) === 12)
+
+        // never made up: without batch files 3 and 4, batches 3, 4 and 5 (whose compaction
+        // merged 3 and 4) cannot be proven and stay untagged; the rest is still proven
+        val aside = new File(root, "aside")
+        aside.mkdirs()
+        def move(n: String) = Files.move(new File(dir, n).toPath, new File(aside, n).toPath)
+        Seq("3", "4").foreach(move)
+        val unproven = Set(3L, 4L, 5L)
+        assert(ours(dir).allFiles().toSet === (0L to 6L).flatMap { b =>
+          batch(b).toSeq.map(e =>
+            if (unproven(b) && !e.path.contains("-batch-")) e.copy(batchId = None) else e
+          )
+        }.toSet)
+        assert(Horizon.ofSink(ours(dir)) === 6L)
+        Seq("3", "4").foreach(n =>
+          Files.move(new File(aside, n).toPath, new File(dir, n).toPath)
+        )
+        assert(Horizon.ofSink(ours(dir)) === 0L)
 
         val o = ours(dir)
         assert(o.interval === 3)
@@ -434,18 +450,13 @@ class BatchTaggedFileStreamSinkLogSuite extends SparkSessionTestBase {
         assert(o.allFiles().toSet === expected.toSet)
         assert(o.allFiles().length === expected.size)
 
-        // our compact file: untagged lines stay untagged (no batchId field at all), others tagged
+        // our compact file: the proven batches are written into the lines, so they outlive the
+        // batch files that proved them
         val lines = readLines(new File(dir, "11.compact")).tail
         assert(lines.size === 36)
-        val (tagged, untagged) = lines.partition(LogFormat.isTagged)
-        assert(untagged.size === 12)
-        untagged.foreach { l =>
-          assert(!l.contains("batchId"), l)
-          assert(mapper.readTree(l).fieldNames().asScala.toSeq === VanillaFields)
-        }
-        tagged.foreach(l => parseTaggedLine(new File(dir, "11.compact"), l))
-        assert(tagged.map(LogFormat.decode).toSet ===
-          expected.filter(e => e.batchId.isDefined && e.batchId.get <= 11L).toSet)
+        assert(lines.forall(LogFormat.isTagged))
+        lines.foreach(l => parseTaggedLine(new File(dir, "11.compact"), l))
+        assert(lines.map(LogFormat.decode).toSet === expected.filter(_.batchId.get <= 11L).toSet)
 
         // and Spark still reads the whole log
         assert(vanilla(dir).allFiles().map(statusKey).toSet === expected.map(statusKey).toSet)
@@ -465,11 +476,9 @@ class BatchTaggedFileStreamSinkLogSuite extends SparkSessionTestBase {
         assert(v.allFiles().map(statusKey).toSet ===
           (0L to 7L).flatMap(batch(_).map(statusKey)).toSet)
         (8L to 13L).foreach(b => assert(v.add(b, batch(b).map(_.toSinkFileStatus))))
-        // live files now: Spark's 11.compact (untagged) + batch files 12, 13
-        def resolved(b: Long) =
-          if (b >= 12L) batch(b).toSeq
-          else Seq(plainEntry(b, 0).copy(batchId = None), namedEntry(b, 1))
-        val expected13 = (0L to 13L).flatMap(resolved)
+        // live files now: Spark's 11.compact (untagged) + batch files 12, 13; every batch file
+        // survives (deletion off): each entry's batch is proven
+        val expected13 = (0L to 13L).flatMap(batch(_).toSeq)
         assert(ours(dir).allFiles().toSet === expected13.toSet)
 
         val o2 = ours(dir)
@@ -477,14 +486,14 @@ class BatchTaggedFileStreamSinkLogSuite extends SparkSessionTestBase {
         val expected = expected13 ++ (14L to 17L).flatMap(b => batch(b).toSeq)
         assert(o2.allFiles().toSet === expected.toSet)
         assert(o2.allFiles().length === expected.size)
-        assert(o2.allFiles().count(_.batchId.isEmpty) === 12)
+        assert(o2.allFiles().count(_.batchId.isEmpty) === 0)
         assert(vanilla(dir).allFiles().map(statusKey).toSet === expected.map(statusKey).toSet)
         val api = new SinkLogApi(spark, root.toString)
         assert(api.latestBatch() === 17L)
         assert(api.batches().toSeq === (0L to 17L))
-        assert(api.files(3L).toSet === Set(namedEntry(3, 1).path))
+        assert(api.files(3L).toSet === batch(3).map(_.path).toSet)
         assert(api.files(13L).toSet === batch(13).map(_.path).toSet)
-        assert(api.batchOf(plainEntry(3, 0).path) === -1L)
+        assert(api.batchOf(plainEntry(3, 0).path) === 3L)
         assert(api.batchOf(namedEntry(3, 1).path) === 3L)
         assert(api.batchOf("file:/nowhere/x.parquet") === null)
       }

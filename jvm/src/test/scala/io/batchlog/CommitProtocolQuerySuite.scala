@@ -19,6 +19,9 @@ import org.apache.spark.sql.execution.streaming.runtime.MemoryStream
 import org.apache.spark.sql.functions.{col, udf}
 import org.apache.spark.sql.streaming.{StreamingQuery, StreamingQueryException}
 
+import io.batchlog.commit.WriterGuard
+import io.batchlog.log.JsonRecordFile
+
 /**
  * Makes a task fail on a chosen row, from inside a query (tasks run in this JVM with `local`).
  * Top-level so the UDF's closure does not capture a suite.
@@ -89,7 +92,9 @@ class CommitProtocolQuerySuite extends SparkSessionTestBase {
   /** Log file names (`N`, `N.compact`); every compact file has its `N.compact.index` beside it. */
   private def logFileNames(meta: File): Set[String] = {
     val all =
-      meta.listFiles().map(_.getName).filterNot(n => n.startsWith(".") || n.endsWith(".crc")).toSet
+      meta.listFiles().map(_.getName)
+        .filterNot(n => n.startsWith(".") || n.endsWith(".crc") || JsonRecordFile.isRecordName(n))
+        .toSet
     val (indexes, logs) = all.partition(_.endsWith(".compact.index"))
     assert(indexes === logs.filter(_.endsWith(".compact")).map(_ + ".index"))
     logs
@@ -285,7 +290,10 @@ class CommitProtocolQuerySuite extends SparkSessionTestBase {
         s.meta.toString,
         None
       )
-      p.setupManifestOptions(sinkLog, 0L)
+      // the same query (its id as Spark's stream thread sets it), committing batch 0 again
+      spark.sparkContext.setLocalProperty(WriterGuard.QueryIdProperty, q.id.toString)
+      try p.setupManifestOptions(sinkLog, 0L)
+      finally spark.sparkContext.setLocalProperty(WriterGuard.QueryIdProperty, null)
       val job = org.apache.hadoop.mapreduce.Job.getInstance(spark.sparkContext.hadoopConfiguration)
       p.setupJob(job)
       val e = intercept[BatchLogException](p.commitJob(job, Seq.empty))

@@ -16,7 +16,7 @@ import org.apache.spark.sql.streaming.{StreamingQuery, StreamingQueryException}
 
 import io.batchlog.commit.DataFileNaming
 import io.batchlog.faults.FaultInjectingCheckpointFileManager
-import io.batchlog.log.{BatchTaggedFileStreamSinkLog, CompactIndex, LogFormat}
+import io.batchlog.log.{BatchTaggedFileStreamSinkLog, CompactIndex, JsonRecordFile, LogFormat}
 import io.batchlog.ops.Verify
 
 /**
@@ -83,7 +83,7 @@ class FaultInjectionSuite extends AnyFunSuite with BeforeAndAfterAll {
    */
   private def assertNoHalfWrittenLogFile(out: File): Seq[String] = {
     val names = metaDir(out).list().toSeq.sorted
-    val visible = names.filterNot(n => n.startsWith("."))
+    val visible = names.filterNot(n => n.startsWith(".") || JsonRecordFile.isRecordName(n))
     val (indexes, logs) = visible.partition(CompactIndex.isIndexFile)
     indexes.foreach { n =>
       assert(

@@ -59,6 +59,18 @@ class QueryCheckpoint(spark: SparkSession, path: String) {
     throw BatchLogException.notACheckpoint(path)
   }
 
+  /** The query id (`metadata`'s `id`): the same for every run of the query. */
+  lazy val queryId: String = {
+    val file = new Path(root, "metadata")
+    val in = fm.open(file)
+    val text =
+      try new String(in.readAllBytes(), UTF_8)
+      finally in.close()
+    Try(parse(text) \ "id").toOption.collect { case JString(id) => id }.getOrElse(
+      throw BatchLogException.unsupportedCheckpoint(file.toString, "it names no query id")
+    )
+  }
+
   /** Batch ids with an `offsets/N` file, ascending. */
   def offsetIds: Seq[Long] = numericNames(offsetsDir)
 

@@ -16,11 +16,17 @@ import java.util.UUID
  */
 object DataFileNaming {
 
+  /** A UUID as `UUID.toString` writes it (Spark's own data file names carry one too). */
+  val UuidPattern: String = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+
   /** Matches a batch-tagged data file name; group 1 is the batch id. */
-  val Pattern: String =
-    "part-[0-9]+-batch-([0-9]+)-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+  val Pattern: String = s"part-[0-9]+-batch-([0-9]+)-$UuidPattern"
 
   private val regex = Pattern.r.unanchored
+  private val uuidRegex = UuidPattern.r
+
+  /** The UUID in a data file name (one per write job), or the name itself if it has none. */
+  def uuidOf(name: String): String = uuidRegex.findFirstIn(name).getOrElse(name)
 
   def fileName(prefix: String, split: Int, batchId: Long, suffix: String): String =
     f"${prefix}part-$split%05d-batch-$batchId-${UUID.randomUUID()}$suffix"

@@ -118,15 +118,29 @@ class BatchTaggedFileStreamSinkLog(
   /**
    * Writes batch `batchId`'s entries (each must carry `batchId`), compacting if it is a compaction
    * batch, then deletes expired log files as Spark does. Returns false if the batch is already
-   * logged.
+   * logged. Refuses ([[BatchLogException]] `BATCH_OUT_OF_ORDER`) any id but the next one: a gap
+   * means the log was cut back (rewound) under a running writer, and logging the batch would leave
+   * a log no reader can follow. An empty log accepts any id, as Spark's does.
    */
   override def add(batchId: Long, entries: Array[SinkLogEntry]): Boolean = {
+    requireNext(batchId)
     val added =
       if (isCompactionBatch(batchId, compactInterval)) compact(batchId, entries)
       else addNewBatchByStream(batchId)(out => serialize(entries, out))
     if (added && isDeletingExpiredLog) deleteExpiredLog(batchId)
     added
   }
+
+  /** True if log file `batchId` (`N` or `N.compact`) exists. */
+  def isLogged(batchId: Long): Boolean = fileManager.exists(batchIdToPath(batchId))
+
+  /** One probe on the happy path (the previous batch's file); a listing only when it is absent. */
+  private def requireNext(batchId: Long): Unit =
+    if (batchId > 0 && !isLogged(batchId - 1)) {
+      getLatestBatchId().filter(_ < batchId).foreach { latest =>
+        throw BatchLogException.batchOutOfOrder(metadataPath.toString, batchId, latest)
+      }
+    }
 
   /**
    * Writes `N.compact`: the live lines of the previous compact file and the batch files since, then
@@ -155,8 +169,11 @@ class BatchTaggedFileStreamSinkLog(
         }
       getValidBatchesBeforeCompactionBatch(batchId, compactInterval).foreach { id =>
         val inCompact = isCompactionBatch(id, compactInterval)
+        // Byte copy only keeps tags that are in the lines: a batch resolved from elsewhere
+        // (a surviving batch file) must be written into the line while the proof still exists.
         val copyable = if (inCompact && !ageRetentionActive)
           Some(indexOf(id)).filter(_.runs.forall(_.batchId.isDefined))
+            .filterNot(_ => hasUntaggedLines.contains(id))
         else None
         copyable match {
           case Some(prev) =>
@@ -174,7 +191,7 @@ class BatchTaggedFileStreamSinkLog(
               if (inCompact && tagged.isDefined && !ageRetentionActive) emit(line, tagged)
               else {
                 val e = decodeLine(line, file, lineNo)
-                val b = e.batchId.orElse(LogFormat.resolveBatch(e, id, inCompact))
+                val b = batchOf(e, id)
                 if (!shouldRetain(e, now)) index.drop(b)
                 else emit(if (tagged.isDefined) line else LogFormat.encode(e.copy(batchId = b)), b)
               }
@@ -302,12 +319,10 @@ class BatchTaggedFileStreamSinkLog(
 
   /** Calls `fn` for each entry of log file `logBatchId`, its batch resolved. */
   def foreachEntryIn(logBatchId: Long)(fn: SinkLogEntry => Unit): Unit = {
-    val inCompact = isCompactionBatch(logBatchId, compactInterval)
     val file = batchIdToPath(logBatchId).toString
     foreachLineIn(logBatchId) { (line, lineNo) =>
       val e = decodeLine(line, file, lineNo)
-      fn(if (e.batchId.isDefined) e
-      else e.copy(batchId = LogFormat.resolveBatch(e, logBatchId, inCompact)))
+      fn(if (e.batchId.isDefined) e else e.copy(batchId = batchOf(e, logBatchId)))
     }
   }
 
@@ -344,12 +359,18 @@ class BatchTaggedFileStreamSinkLog(
     val file = batchIdToPath(compactId)
     val b = new CompactIndex.Builder
     var offset = LogFormat.Header.length.toLong
+    var untagged = false
     foreachLineIn(compactId) { (line, lineNo) =>
+      untagged ||= !LogFormat.isTagged(line)
       b.line(batchOfLine(line, compactId, file.toString, lineNo), offset)
       offset += 1 + line.getBytes(UTF_8).length
     }
+    if (untagged) hasUntaggedLines.add(compactId) else hasUntaggedLines.remove(compactId)
     b.result(offset, status)
   }
+
+  /** Compact files found by a scan to hold lines without `batchId` (written by plain Spark). */
+  private val hasUntaggedLines = java.util.concurrent.ConcurrentHashMap.newKeySet[Long]()
 
   /** Writes the index of compact file `compactId` (after `adopt` rewrote the file). */
   def writeIndex(compactId: Long): Unit = {
@@ -365,10 +386,7 @@ class BatchTaggedFileStreamSinkLog(
       file: String,
       lineNo: Long
   ): Option[Long] =
-    LogFormat.taggedBatch(line).orElse {
-      val e = decodeLine(line, file, lineNo)
-      LogFormat.resolveBatch(e, logBatchId, isCompactionBatch(logBatchId, compactInterval))
-    }
+    LogFormat.taggedBatch(line).orElse(batchOf(decodeLine(line, file, lineNo), logBatchId))
 
   /**
    * Calls `fn` for every live entry whose batch (`None`: untagged) satisfies `wanted`, reading only
@@ -431,7 +449,7 @@ class BatchTaggedFileStreamSinkLog(
       var line = r.readLine()
       while (line != null) {
         val e = decodeLine(line, file.toString, -1)
-        val b = e.batchId.orElse(LogFormat.resolveBatch(e, compactId, inCompact = true))
+        val b = batchOf(e, compactId)
         if (b != run.batchId) return None
         out += e.copy(batchId = b)
         n += 1
@@ -487,6 +505,25 @@ class BatchTaggedFileStreamSinkLog(
           if (latest < expectedMinLatest || !canRestart()) throw e
       }
     }
+  }
+
+  /** Proofs of lineage computed by this instance, by compact id ([[LineageProof]]). */
+  private val proofs = new java.util.concurrent.ConcurrentHashMap[Long, LineageProof]()
+
+  /** What the surviving log files prove about the untagged entries of compact file `compactId`. */
+  def lineageProof(compactId: Long): LineageProof =
+    proofs.computeIfAbsent(compactId, id => LineageProof.of(this, id))
+
+  /**
+   * The batch of entry `e` read from log file `logBatchId`: its tag, else what the file or the data
+   * file name proves ([[LogFormat.resolveBatch]]), else, in a compact file, what the surviving
+   * per-batch log files prove ([[LineageProof]]); None if nothing proves it.
+   */
+  def batchOf(e: SinkLogEntry, logBatchId: Long): Option[Long] = {
+    val inCompact = isCompactionBatch(logBatchId, compactInterval)
+    LogFormat.resolveBatch(e, logBatchId, inCompact).orElse(
+      if (inCompact) lineageProof(logBatchId).batchOf(e.path) else None
+    )
   }
 
   private def decodeLine(line: String, file: String, lineNo: Long): SinkLogEntry =

@@ -41,33 +41,8 @@ final case class LogTruncation(
 
 object LogTruncation {
 
-  /** Log file ids present in `dir` (ignoring other names, `.crc` files included). */
-  def listIds(fm: CheckpointFileManager, dir: Path): Seq[Long] =
-    if (!fm.exists(dir)) Nil
-    else
-      fm.list(dir).toSeq.flatMap { f =>
-        try Some(getBatchIdFromFileName(f.getPath.getName))
-        catch { case _: NumberFormatException => None }
-      }.sorted
-
-  /**
-   * The compact interval a log was written with: the gap between its two newest compact files, else
-   * derived from its one compact file, else `default` (Spark's own rule).
-   */
-  def intervalOf(fm: CheckpointFileManager, dir: Path, default: Int): Int = {
-    val compacts = if (!fm.exists(dir)) Nil
-    else
-      fm.list(dir).map(_.getPath.getName).filter(_.endsWith(COMPACT_FILE_SUFFIX))
-        .map(getBatchIdFromFileName).sorted(Ordering.Long.reverse).toSeq
-    compacts match {
-      case a +: b +: _ => (a - b).toInt
-      case Seq(a) => deriveCompactInterval(default, a.toInt)
-      case _ => default
-    }
-  }
-
   def plan(fm: CheckpointFileManager, dir: Path, keepUpTo: Long, interval: Int): LogTruncation = {
-    val present = listIds(fm, dir)
+    val present = LogLayout.listIds(fm, dir)
     val needed = if (keepUpTo < 0) Nil else getAllValidBatches(keepUpTo, interval)
     val missing = needed.filterNot(present.contains)
     val from =

@@ -1,27 +1,20 @@
 package io.batchlog.ops
 
-import scala.collection.mutable
-
 import org.json4s.JsonDSL._
 import org.json4s.jackson.JsonMethods.{compact, render}
 
 import org.apache.spark.sql.SparkSession
-import org.apache.spark.sql.execution.streaming.runtime.CompactibleFileStreamLog.getValidBatchesBeforeCompactionBatch
 
 import io.batchlog.SinkLogApi
-import io.batchlog.log.{BatchTaggedFileStreamSinkLog, LogFiles, LogFormat}
+import io.batchlog.log.{BatchTaggedFileStreamSinkLog, LineageProof, LogFiles, LogFormat}
 
 /**
  * Adopts a sink written (wholly or partly) by plain Spark: rewrites each compact file so that every
  * entry whose batch can be proven carries `batchId`, and leaves the rest untagged.
  *
- * Proof of an entry's batch: it is listed in the per-batch log file `N` Spark still keeps (until
- * cleanup); or it is in compact file `N.compact` but in none of the log files that compaction
- * merged (the previous compact file and the batch files since), all still present: then batch `N`
- * itself wrote it (Spark writes no file `N` for a compaction batch, so this is the only proof there
- * is for its entries); or its data file name is batch-tagged. Each compact file is replaced
- * atomically with the same entries in the same order, so plain Spark reads the same files and a
- * re-run after a crash only finishes the job.
+ * Proof of an entry's batch: its data file name is batch-tagged, or the surviving log files prove
+ * it ([[LineageProof]]). Each compact file is replaced atomically with the same entries in the same
+ * order, so plain Spark reads the same files and a re-run after a crash only finishes the job.
  */
 object Adopt {
 
@@ -30,35 +23,14 @@ object Adopt {
     val log = new BatchTaggedFileStreamSinkLog(spark, meta.toString)
     val fm = log.checkpointFileManager
     val ids = log.listLogFiles().map(f => log.pathToBatchId(f.getPath)).toSeq
-    val (compacts, batches) = ids.partition(log.isCompactFile)
-    val proof = mutable.HashMap.empty[String, Long]
-    batches.foreach(id =>
-      log.foreachLineIn(id)((line, _) => proof(LogFormat.decode(line).path) = id)
-    )
-    // A compaction batch's own entries: in N.compact, in none of the files it merged.
-    compacts.foreach { id =>
-      val merged = getValidBatchesBeforeCompactionBatch(id, log.interval)
-      if (merged.forall(i => fm.exists(log.logFilePath(i)))) {
-        val before = mutable.HashSet.empty[String]
-        merged.foreach(i =>
-          log.foreachLineIn(i)((line, _) => before += LogFormat.decode(line).path)
-        )
-        log.foreachLineIn(id) { (line, _) =>
-          val p = LogFormat.decode(line).path
-          if (!before.contains(p) && !proof.contains(p)) proof(p) = id
-        }
-      }
-    }
+    val compacts = ids.filter(log.isCompactFile)
+    val proof = LineageProof.of(log, Long.MaxValue)
 
     def tagged(line: String): String =
       if (LogFormat.isTagged(line)) line
       else {
         val e = LogFormat.decode(line)
-        val b = e.batchId.orElse(proof.get(e.path)).orElse(LogFormat.resolveBatch(
-          e,
-          -1,
-          inCompact = true
-        ))
+        val b = LogFormat.resolveBatch(e, -1, inCompact = true).orElse(proof.batchOf(e.path))
         if (b.isEmpty) line else LogFormat.encode(e.copy(batchId = b))
       }
 

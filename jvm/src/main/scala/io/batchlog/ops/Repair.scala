@@ -2,7 +2,7 @@ package io.batchlog.ops
 
 import scala.collection.mutable
 
-import org.apache.hadoop.fs.{FileStatus, Path}
+import org.apache.hadoop.fs.{FileStatus, FileSystem, Path}
 import org.json4s.JsonDSL._
 import org.json4s.jackson.JsonMethods.{compact, render}
 
@@ -13,18 +13,31 @@ import org.apache.spark.sql.execution.streaming.sinks.SinkFileStatus
 
 import io.batchlog.{BatchLogConf, BatchLogException}
 import io.batchlog.commit.DataFileNaming
-import io.batchlog.log.{BatchTaggedFileStreamSinkLog, LogFiles, LogFormat, SinkLogEntry}
+import io.batchlog.log.{
+  BatchTaggedFileStreamSinkLog,
+  LogFiles,
+  LogFormat,
+  LogLayout,
+  RewindIntent,
+  SinkLogEntry,
+  SinkRecord
+}
 
 /**
  * Rebuilds a lost or damaged `_spark_metadata` from the data files' batch-tagged names
  * (`part-<split>-batch-<N>-<uuid>...`) and their sizes.
  *
- * The new log has the layout Spark itself leaves after cleanup, for the compact interval in force
- * (the damaged log's, derived from its compact files as Spark does, else the session's
- * `compactInterval`): with M the highest batch found and C the highest compaction batch <= M,
- * `C.compact` holds the files of batches <= C, and `C+1` ... `M` hold each batch's files (empty
- * when a batch wrote none). So the latest batch is M, plain Spark and batchlog read it, and the
- * query continues from its checkpoint (batches <= M are skipped by the sink, as logged).
+ * The new log must be one the restarting query reads, so it is laid out for the query's compact
+ * interval, taken from (first that exists): the `compact_interval` argument; the sink's record
+ * (`batchlog-sink.json`, where the writing query keeps its interval) in the damaged log or in the
+ * newest `_spark_metadata.broken-*` a previous repair left; the compact files there (Spark's own
+ * rule); else the session's `compactInterval`, reported as assumed. With M the highest batch found
+ * and C the highest compaction batch <= M, the new log holds `(C - interval).compact` and
+ * `C.compact` (each with the files of the batches up to it), then `C+1` ... `M` (each batch's
+ * files, empty when a batch wrote none): two compact files, so that Spark and batchlog derive the
+ * interval from the log itself whatever their session's default, as Spark's own cleanup leaves it.
+ * Its record keeps the interval and the owner, with the epoch moved on so that a writer still
+ * running against the old log fails before it commits.
  *
  * Files whose names carry no batch are reported and left out (never guessed). The new log is
  * written beside the old one and then swapped in: the damaged `_spark_metadata` is renamed to
@@ -37,27 +50,34 @@ import io.batchlog.log.{BatchTaggedFileStreamSinkLog, LogFiles, LogFormat, SinkL
  */
 object Repair {
 
+  /** The compact interval the new log is laid out for, and where it comes from. */
+  final case class IntervalChoice(interval: Int, source: String, assumed: Boolean)
+
   final case class Plan(
       sink: Path,
       metadataPath: Path,
       logExists: Boolean,
       logHealthy: Boolean,
       logProblems: Seq[String],
-      compactInterval: Int,
+      interval: IntervalChoice,
+      record: Option[SinkRecord],
+      intent: Option[RewindIntent],
       files: Seq[(Long, FileStatus)],
       untagged: Seq[FileStatus],
       suspectBatches: Seq[Long]
   ) {
     val latestBatch: Long = if (files.isEmpty) -1L else files.map(_._1).max
 
+    def compactInterval: Int = interval.interval
+
     /** Log files to write, oldest first: (log batch id, is compact, entries). */
     def logFiles: Seq[(Long, Boolean, Seq[(Long, FileStatus)])] = {
       if (latestBatch < 0) return Nil
-      val c = (latestBatch + 1) / compactInterval * compactInterval - 1
+      val compacts = LogLayout.lastCompactions(latestBatch, compactInterval, 2)
+      val afterCompact = compacts.lastOption.getOrElse(-1L) + 1
       val byBatch = files.groupBy(_._1)
-      val compactFile =
-        if (c >= 0) Seq((c, true, files.filter(_._1 <= c).sortBy(_._1))) else Nil
-      compactFile ++ ((c + 1) to latestBatch).map(b => (b, false, byBatch.getOrElse(b, Nil)))
+      compacts.map(c => (c, true, files.filter(_._1 <= c).sortBy(_._1))) ++
+        (afterCompact to latestBatch).map(b => (b, false, byBatch.getOrElse(b, Nil)))
     }
 
     def needed: Boolean = !logExists || !logHealthy
@@ -66,7 +86,12 @@ object Repair {
       ("sink" -> sink.toString) ~ ("metadataPath" -> metadataPath.toString) ~
         ("logExists" -> logExists) ~ ("logHealthy" -> logHealthy) ~
         ("logProblems" -> logProblems.toList) ~ ("needed" -> needed) ~
-        ("compactInterval" -> compactInterval) ~ ("latestBatch" -> latestBatch) ~
+        ("compactInterval" -> compactInterval) ~
+        ("compactIntervalSource" -> interval.source) ~
+        ("compactIntervalAssumed" -> interval.assumed) ~
+        ("owner" -> record.flatMap(_.owner).map(_.queryId)) ~
+        ("rewindInProgress" -> intent.map(_.toBatch)) ~
+        ("latestBatch" -> latestBatch) ~
         ("dataFiles" -> files.length) ~ ("dataBytes" -> files.map(_._2.getLen).sum) ~
         ("logFiles" -> logFiles.toList.map { case (id, isCompact, entries) =>
           ("name" -> (if (isCompact) s"$id.compact" else id.toString)) ~
@@ -84,9 +109,48 @@ object Repair {
     ))
   }
 
-  def plan(spark: SparkSession, sinkPath: String): Plan = {
+  private val BrokenPrefix = s"${BatchTaggedFileStreamSinkLog.MetadataDir}.broken-"
+
+  /** The damaged log and the logs earlier repairs moved aside, newest first. */
+  private def surviving(fs: FileSystem, sink: Path, meta: Path): Seq[Path] = {
+    val broken = fs.listStatus(sink).toSeq.map(_.getPath).filter(_.getName.startsWith(BrokenPrefix))
+      .sortBy(p => scala.util.Try(p.getName.stripPrefix(BrokenPrefix).toLong).getOrElse(0L))
+      .reverse
+    (if (fs.exists(meta) && fs.getFileStatus(meta).isDirectory) Seq(meta) else Nil) ++ broken
+  }
+
+  private def chooseInterval(
+      spark: SparkSession,
+      dirs: Seq[Path],
+      record: Option[(SinkRecord, Path)],
+      requested: Option[Int]
+  ): IntervalChoice = {
+    val default = BatchLogConf.sinkLogSettings(spark).compactInterval
+    requested.map(i => IntervalChoice(i, "the compact_interval argument", assumed = false))
+      .orElse(record.map { case (r, dir) =>
+        IntervalChoice(r.compactInterval, s"the sink record in $dir", assumed = false)
+      })
+      .orElse(dirs.iterator.flatMap { dir =>
+        val hadoopConf = spark.sessionState.newHadoopConf()
+        val fm = CheckpointFileManager.create(dir, hadoopConf)
+        LogLayout.intervalOf(fm, dir, default)._2.map(i =>
+          IntervalChoice(i, s"the compact files in $dir", assumed = false)
+        )
+      }.nextOption())
+      .getOrElse(IntervalChoice(
+        default,
+        s"the session's ${BatchLogConf.CompactIntervalKey} (nothing in the sink records its " +
+          "query's interval: if the query runs with another, repair again with compact_interval)",
+        assumed = true
+      ))
+  }
+
+  def plan(spark: SparkSession, sinkPath: String, compactInterval: Option[Int] = None): Plan = {
     if (sinkPath == null || sinkPath.isEmpty) {
       throw BatchLogException.invalidArgument("path", "''", "give the sink's output directory")
+    }
+    compactInterval.filter(_ <= 0).foreach { i =>
+      throw BatchLogException.invalidArgument("compact_interval", i, "it must be positive")
     }
     val hadoopConf = spark.sessionState.newHadoopConf()
     val out = new Path(sinkPath)
@@ -97,17 +161,20 @@ object Repair {
     val sink = fs.makeQualified(out)
     val meta = new Path(sink, BatchTaggedFileStreamSinkLog.MetadataDir)
     val logExists = fs.exists(meta)
+    val dirs = surviving(fs, sink, meta)
+    def fmOf(dir: Path) = CheckpointFileManager.create(dir, hadoopConf)
+    val record = dirs.iterator.flatMap { dir =>
+      scala.util.Try(SinkRecord.read(fmOf(dir), dir)).toOption.flatten.map(_ -> dir)
+    }.nextOption()
+    val interval = chooseInterval(spark, dirs, record, compactInterval)
 
-    var interval = BatchLogConf.sinkLogSettings(spark).compactInterval
     val problems = mutable.ArrayBuffer.empty[String]
-    var loggedLatest = -1L
+    var intent: Option[RewindIntent] = None
     if (logExists) {
       if (!fs.getFileStatus(meta).isDirectory) problems += s"$meta is not a directory"
       else {
-        val log = new BatchTaggedFileStreamSinkLog(spark, meta.toString)
-        interval = log.interval
+        intent = scala.util.Try(RewindIntent.read(fmOf(meta), meta)).toOption.flatten
         val report = Verify.run(spark, sinkPath)
-        loggedLatest = report.latestBatch
         problems ++= report.logErrors
         if (report.missing.nonEmpty) problems += s"${report.missing.length} logged files missing"
         if (report.sizeMismatch.nonEmpty) {
@@ -115,6 +182,9 @@ object Repair {
         }
         if (report.wrongBatch.nonEmpty) {
           problems += s"${report.wrongBatch.length} entries logged under another batch"
+        }
+        if (!record.exists(_._2 == meta) || compactInterval.isDefined) {
+          problems ++= LogLayout.misfit(fmOf(meta), meta, interval.interval, interval.source)
         }
       }
     }
@@ -128,7 +198,10 @@ object Repair {
       }
     }
     val sorted = files.sortBy(f => (f._1, f._2.getPath.toString)).toSeq
-    if (logExists && problems.isEmpty && loggedLatest < 0 && sorted.nonEmpty) {
+    if (
+      logExists && problems.isEmpty && sorted.nonEmpty &&
+      LogLayout.listIds(fmOf(meta), meta).isEmpty
+    ) {
       problems += s"$meta holds no log files but the output holds ${sorted.length} data files"
     }
     val suspect = sorted.groupBy(_._1).filter(b => twoAttempts(b._2.map(_._2))).keys.toSeq.sorted
@@ -139,6 +212,8 @@ object Repair {
       logExists && problems.isEmpty,
       problems.toSeq,
       interval,
+      record.map(_._1),
+      intent,
       sorted,
       untagged.toSeq,
       suspect
@@ -155,55 +230,105 @@ object Repair {
     val byTask = files.groupBy { f =>
       (f.getPath.getParent, splitOf.findFirstMatchIn(f.getPath.getName).map(_.group(1)))
     }
-    byTask.values.exists(fs => fs.map(f => uuidOf(f.getPath.getName)).distinct.length > 1)
+    byTask.values.exists(fs =>
+      fs.map(f => DataFileNaming.uuidOf(f.getPath.getName)).distinct.length > 1
+    )
   }
-
-  private val uuidRe = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}".r
-
-  private def uuidOf(name: String): String = uuidRe.findFirstIn(name).getOrElse(name)
 
   /**
    * Plans and, unless `dryRun` or the log is healthy (and `force` is false), rebuilds the log.
-   * JSON: the plan plus `written` and `movedAside`.
+   * Refuses while a rewind is unfinished, and while a live writer holds the sink unless `force`.
+   * JSON: the plan plus `written` and `movedAside`. A failure says exactly what it left.
    */
   def run(
       spark: SparkSession,
       sinkPath: String,
       dryRun: Boolean,
       force: Boolean,
-      quiet: Boolean
+      quiet: Boolean,
+      compactInterval: Option[Int] = None
   ): String = {
-    val p = plan(spark, sinkPath)
+    val hadoopConf = spark.sessionState.newHadoopConf()
+    val p = BatchLogException.unchanged {
+      val p = plan(spark, sinkPath, compactInterval)
+      if (!dryRun && (p.needed || force)) {
+        p.intent.foreach(i =>
+          throw BatchLogException.rewindInProgress(i.sink, i.toBatch, i.checkpoint)
+        )
+        if (p.logExists) {
+          WriterFence.refuseLiveWriter(
+            CheckpointFileManager.create(p.metadataPath, hadoopConf),
+            p.metadataPath,
+            force
+          )
+        }
+      }
+      p
+    }
     if (dryRun || (!p.needed && !force)) return p.toJson(Some((false, None)))
     val progress = new Progress("repair: log files", quiet)
-    val hadoopConf = spark.sessionState.newHadoopConf()
     val fs = p.sink.getFileSystem(hadoopConf)
     val ts = System.currentTimeMillis()
     val staging = new Path(p.sink, s"${BatchTaggedFileStreamSinkLog.MetadataDir}.repair-$ts")
-    val fm = CheckpointFileManager.create(staging, hadoopConf)
-    fm.mkdirs(staging)
+    try writeLog(p, CheckpointFileManager.create(staging, hadoopConf), staging, progress)
+    catch {
+      case e: Throwable =>
+        val removed = scala.util.Try(fs.delete(staging, true)).getOrElse(false)
+        val what =
+          if (removed) s"${BatchLogException.NothingChanged} (the partial new log was removed)"
+          else s"Nothing in ${p.metadataPath} was changed; the partial new log $staging is left " +
+            "and can be deleted."
+        throw wrap(e, what)
+    }
+    val aside =
+      if (p.logExists) {
+        val broken = new Path(p.sink, s"$BrokenPrefix$ts")
+        if (!fs.rename(p.metadataPath, broken)) {
+          fs.delete(staging, true)
+          throw new java.io.IOException(
+            s"Could not rename ${p.metadataPath} to $broken. ${BatchLogException.NothingChanged}"
+          )
+        }
+        Some(broken)
+      } else None
+    if (!fs.rename(staging, p.metadataPath)) {
+      val restored =
+        aside.exists(b => scala.util.Try(fs.rename(b, p.metadataPath)).getOrElse(false))
+      throw new java.io.IOException(
+        s"Could not rename $staging to ${p.metadataPath}. " +
+          (if (restored || aside.isEmpty)
+             s"The old log is in place; the new log is left in $staging."
+           else s"The old log is in ${aside.get} and the new log in $staging: rename the new " +
+             s"one to ${p.metadataPath} to finish.")
+      )
+    }
+    aside.foreach(b => progress.note(s"the damaged log was moved to $b"))
+    p.toJson(Some((true, aside)))
+  }
+
+  /** The new log and its record into `dir`. */
+  private def writeLog(p: Plan, fm: CheckpointFileManager, dir: Path, progress: Progress): Unit = {
+    fm.mkdirs(dir)
     val toWrite = p.logFiles
     toWrite.zipWithIndex.foreach { case ((id, isCompact, entries), i) =>
       val name = if (isCompact) s"$id${CompactibleFileStreamLog.COMPACT_FILE_SUFFIX}" else s"$id"
-      LogFiles.writeAtomic(fm, new Path(staging, name), overwrite = false) { w =>
+      LogFiles.writeAtomic(fm, new Path(dir, name), overwrite = false) { w =>
         entries.foreach { case (b, f) =>
           LogFiles.writeLine(w, LogFormat.encode(SinkLogEntry(SinkFileStatus(f), b)))
         }
       }
       progress.step(i + 1, toWrite.length)
     }
-    val aside =
-      if (p.logExists) {
-        val broken = new Path(p.sink, s"${BatchTaggedFileStreamSinkLog.MetadataDir}.broken-$ts")
-        if (!fs.rename(p.metadataPath, broken)) {
-          throw new java.io.IOException(s"Could not rename ${p.metadataPath} to $broken")
-        }
-        Some(broken)
-      } else None
-    if (!fs.rename(staging, p.metadataPath)) {
-      throw new java.io.IOException(s"Could not rename $staging to ${p.metadataPath}")
-    }
-    aside.foreach(b => progress.note(s"the damaged log was moved to $b"))
-    p.toJson(Some((true, aside)))
+    val record = p.record.getOrElse(SinkRecord(SinkRecord.Version, p.compactInterval, 0L, Nil))
+    SinkRecord.write(
+      fm,
+      dir,
+      record.copy(compactInterval = p.compactInterval, epoch = record.epoch + 1)
+    )
+  }
+
+  private def wrap(e: Throwable, outcome: String): Throwable = e match {
+    case b: BatchLogException => b.withOutcome(outcome)
+    case other => new java.io.IOException(s"${other.getMessage} $outcome", other)
   }
 }

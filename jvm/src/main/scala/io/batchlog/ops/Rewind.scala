@@ -13,7 +13,14 @@ import org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileMana
 import io.batchlog.{BatchLogConf, BatchLogException, SinkLogApi}
 import io.batchlog.checkpoint.{QueryCheckpoint, StateFiles}
 import io.batchlog.commit.DataFileNaming
-import io.batchlog.log.{BatchTaggedFileStreamSinkLog, LogFormat, LogTruncation}
+import io.batchlog.log.{
+  BatchTaggedFileStreamSinkLog,
+  LogFormat,
+  LogLayout,
+  LogTruncation,
+  RewindIntent,
+  SinkRecord
+}
 
 /** A data file a rewind deletes; `logged` is false for an orphan found by its batch-tagged name. */
 final case class DataFileToDelete(path: Path, size: Long, batchId: Long, logged: Boolean)
@@ -39,7 +46,9 @@ final case class RewindPlan(
     removeStateDir: Boolean,
     commitsToDelete: Seq[Long],
     offsetsToDelete: Seq[Long],
-    resuming: Boolean
+    resuming: Boolean,
+    queryId: String,
+    force: Boolean
 ) {
 
   def horizon: Long = math.max(sinkHorizon, checkpointHorizon)
@@ -53,7 +62,7 @@ final case class RewindPlan(
         ("sinkLatestBatch" -> sinkLatest) ~ ("offsetsLatest" -> offsetsLatest) ~
         ("commitsLatest" -> commitsLatest) ~ ("horizon" -> horizon) ~
         ("sinkHorizon" -> sinkHorizon) ~ ("checkpointHorizon" -> checkpointHorizon) ~
-        ("resuming" -> resuming) ~
+        ("resuming" -> resuming) ~ ("queryId" -> queryId) ~ ("force" -> force) ~
         ("affectedBatches" -> (if (sinkLatest >= toBatch) (toBatch to sinkLatest).toList
                                else Nil)) ~
         ("dataFiles" -> dataFiles.length) ~ ("dataBytes" -> dataFiles.map(_.size).sum) ~
@@ -103,10 +112,20 @@ object Horizon {
     if (offsets.isEmpty || offsets.head == 0) 0L
     else math.max(offsets.head, commits.headOption.getOrElse(offsets.head)) + 1
 
-  /** Untagged entries can only be in the latest compact file: their batch is <= its id. */
+  /**
+   * Untagged entries (no tag, no batch-tagged name, no proof from surviving log files) can only be
+   * in the latest compact file `c`, from a batch <= c whose entries are not all known. A batch's
+   * entries are all known if any of them carries its batch (batchlog tags and names every file of
+   * the batches it writes; a proof enumerates the batch) or the surviving log files prove the batch
+   * ([[io.batchlog.log.LineageProof]]). The horizon is just above the newest batch that is not
+   * known: a rewind to it or later finds every file of the batches it redoes.
+   */
   def ofSink(log: BatchTaggedFileStreamSinkLog): Long =
     log.liveLogBatchIds().headOption.filter(log.isCompactFile) match {
-      case Some(c) if log.indexOf(c).runs.exists(_.batchId.isEmpty) => c + 1
+      case Some(c) if log.indexOf(c).runs.exists(_.batchId.isEmpty) =>
+        val known = log.indexOf(c).runs.flatMap(_.batchId).toSet ++
+          log.lineageProof(c).provenBatches
+        (c to 0L by -1L).find(b => !known(b)).getOrElse(c) + 1
       case _ => 0L
     }
 
@@ -127,21 +146,37 @@ object Horizon {
 
 object Rewind {
 
-  val Steps: Seq[String] =
-    Seq("intent", "data-files", "sink-log", "state", "commits", "offsets", "source-logs", "done")
+  val Steps: Seq[String] = Seq(
+    "intent",
+    "fence",
+    "data-files",
+    "sink-log",
+    "state",
+    "commits",
+    "offsets",
+    "source-logs",
+    "done"
+  )
 
+  /**
+   * Plans a rewind, changing nothing. Refuses while a live writer holds the sink (unless `force`:
+   * the writer is known to be dead) and when the checkpoint is not the sink owner's.
+   */
   def plan(
       spark: SparkSession,
       sinkPath: String,
       checkpointPath: String,
-      toBatch: Long
-  ): RewindPlan = {
+      toBatch: Long,
+      force: Boolean = false
+  ): RewindPlan = BatchLogException.unchanged {
     val hadoopConf = spark.sessionState.newHadoopConf()
     val meta = SinkLogApi.metadataPathOf(spark, sinkPath)
     val sink = meta.getParent
     val cp = new QueryCheckpoint(spark, checkpointPath)
     refuseIfActive(spark, sink)
     val sinkFm = CheckpointFileManager.create(meta, hadoopConf)
+    WriterFence.refuseLiveWriter(sinkFm, meta, force)
+    WriterFence.requireOwner(spark, sinkFm, meta, cp.root.toString, cp.queryId)
     val intent = RewindIntent.read(sinkFm, meta)
     intent.foreach { i =>
       if (i.toBatch != toBatch || i.checkpoint != cp.root.toString) {
@@ -220,13 +255,10 @@ object Rewind {
         val dir = cp.sourceDir(i)
         entry.fileSourceLogOffset(i) match {
           case Some(k) =>
-            val interval = LogTruncation.intervalOf(
-              cp.fm,
-              dir,
-              spark.sessionState.conf.fileSourceLogCompactInterval
-            )
+            val default = spark.sessionState.conf.fileSourceLogCompactInterval
+            val interval = LogLayout.intervalOf(cp.fm, dir, default)._2.getOrElse(default)
             Some(i -> LogTruncation.plan(cp.fm, dir, k, interval)).filterNot(_._2.isNoop)
-          case None if LogTruncation.listIds(cp.fm, dir).forall(_ == 0L) =>
+          case None if LogLayout.listIds(cp.fm, dir).forall(_ == 0L) =>
             None // initial offsets only
           case None =>
             throw BatchLogException.unsupportedCheckpoint(
@@ -260,11 +292,16 @@ object Rewind {
       removeStateDir,
       commits.filter(_ >= toBatch).reverse,
       offsets.filter(_ > toBatch).reverse,
-      resuming = intent.isDefined
+      resuming = intent.isDefined,
+      queryId = cp.queryId,
+      force = force
     )
   }
 
-  /** Carries out `plan`, step by step; returns a JSON report. */
+  /**
+   * Carries out `plan`, step by step; returns a JSON report. A failure after the fence leaves the
+   * intent in place: its error says to re-run the same rewind, which finishes the job.
+   */
   def apply(spark: SparkSession, plan: RewindPlan, quiet: Boolean): String = {
     val hadoopConf = spark.sessionState.newHadoopConf()
     val sinkFm = CheckpointFileManager.create(plan.metadataPath, hadoopConf)
@@ -274,7 +311,15 @@ object Rewind {
     val parallelism = BatchLogConf.deleteParallelism(spark)
     val startNs = System.nanoTime()
     def step(name: String)(body: => Unit): Unit = {
-      body
+      try body
+      catch {
+        case e: BatchLogException =>
+          throw e.withOutcome(
+            s"The rewind stopped in its step '$name' and is unfinished: the sink refuses writes " +
+              s"until it is finished. Re-run `python -m batchlog rewind ${plan.sink} --checkpoint " +
+              s"${plan.checkpoint} --to-batch ${plan.toBatch}` to finish it."
+          )
+      }
       progress.note(s"rewind step '$name' done")
       if (haltAfter.contains(name)) Runtime.getRuntime.halt(137) // fault injection for tests
     }
@@ -291,6 +336,33 @@ object Rewind {
         )
       )
     }
+    // The intent is down: a writer starting now is refused. One that is already past its checks
+    // is caught here (its lease) or by the epoch bump (it re-reads the epoch before committing).
+    step("fence") {
+      try {
+        WriterFence.refuseLiveWriter(sinkFm, plan.metadataPath, plan.force)
+        val log = new BatchTaggedFileStreamSinkLog(spark, plan.metadataPath.toString)
+        val latest = log.getLatestBatchId().getOrElse(-1L)
+        if (latest != plan.sinkLatest) {
+          throw BatchLogException.sinkChangedWhileWriting(
+            plan.sink.toString,
+            latest,
+            s"written to (latest batch $latest, planned with ${plan.sinkLatest}) while the " +
+              "rewind was planned; re-run the rewind once its writer has stopped"
+          )
+        }
+      } catch {
+        case e: BatchLogException =>
+          if (!plan.resuming) RewindIntent.delete(sinkFm, plan.metadataPath)
+          throw e.withOutcome(BatchLogException.NothingChanged)
+      }
+      WriterFence.bumpEpoch(sinkFm, plan.metadataPath) {
+        case Some(r) => r.rewoundTo(plan.toBatch, plan.queryId, System.currentTimeMillis())
+        case None =>
+          val log = new BatchTaggedFileStreamSinkLog(spark, plan.metadataPath.toString)
+          SinkRecord.first(plan.queryId, 0L, log.interval, System.currentTimeMillis())
+      }
+    }
     var deleted = 0L
     step("data-files") {
       deleted = ParallelDelete(
@@ -302,10 +374,8 @@ object Rewind {
     }
     step("sink-log") {
       val src = plan.sinkLog.rebuildFrom.getOrElse(-1L)
-      LogTruncation.apply(sinkFm, plan.sinkLog) { line =>
-        val e = LogFormat.decode(line)
-        LogFormat.resolveBatch(e, src, inCompact = true)
-      }
+      val log = new BatchTaggedFileStreamSinkLog(spark, plan.metadataPath.toString)
+      LogTruncation.apply(sinkFm, plan.sinkLog)(line => log.batchOf(LogFormat.decode(line), src))
     }
     step("state") {
       if (plan.removeStateDir) cpFm.delete(new Path(plan.checkpoint, "state"))

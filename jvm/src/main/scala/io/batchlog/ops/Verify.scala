@@ -12,7 +12,7 @@ import org.apache.spark.sql.SparkSession
 
 import io.batchlog.{BatchLogException, SinkLogApi}
 import io.batchlog.commit.DataFileNaming
-import io.batchlog.log.{BatchTaggedFileStreamSinkLog, SinkLogEntry}
+import io.batchlog.log.{BatchTaggedFileStreamSinkLog, LogLayout, SinkLogEntry, SinkRecord}
 
 /** A data file in the output directory that the log does not list. */
 final case class OrphanFile(path: Path, size: Long, modificationTime: Long, batchId: Option[Long])
@@ -132,6 +132,13 @@ object Verify {
     } catch {
       case e: BatchLogException => logErrors += e.getMessage
     }
+    // The layout must fit the interval of the query that writes the sink (its record), or that
+    // query fails at its next compaction for want of a compact file.
+    val fm = log.checkpointFileManager
+    try SinkRecord.read(fm, meta).foreach { r =>
+        logErrors ++= LogLayout.misfit(fm, meta, r.compactInterval, s"the sink record's")
+      }
+    catch { case e: BatchLogException => logErrors += e.getMessage }
     // With an unreadable log, every data file would look orphaned: list none rather than mislead.
     val orphanFiles = if (logErrors.isEmpty) orphans(fs, sink, logged) else Nil
     Report(

@@ -1,0 +1,70 @@
+package io.batchlog.log
+
+import org.apache.hadoop.fs.Path
+
+import org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager
+import org.apache.spark.sql.execution.streaming.runtime.CompactibleFileStreamLog._
+
+/**
+ * Which log files a compactible log directory holds and which compact interval they imply, read
+ * from a listing alone (Spark's rules, for the sink log and the file-source log alike).
+ */
+object LogLayout {
+
+  /** Log file ids present in `dir` (ignoring other names, `.crc` files included), ascending. */
+  def listIds(fm: CheckpointFileManager, dir: Path): Seq[Long] =
+    if (!fm.exists(dir)) Nil
+    else
+      fm.list(dir).toSeq.flatMap { f =>
+        try Some(getBatchIdFromFileName(f.getPath.getName))
+        catch { case _: NumberFormatException => None }
+      }.sorted
+
+  /** Ids of the compact files present in `dir`, newest first. */
+  def compactIds(fm: CheckpointFileManager, dir: Path): Seq[Long] =
+    if (!fm.exists(dir)) Nil
+    else
+      fm.list(dir).map(_.getPath.getName).filter(_.endsWith(COMPACT_FILE_SUFFIX))
+        .flatMap(n => scala.util.Try(getBatchIdFromFileName(n)).toOption)
+        .sorted(Ordering.Long.reverse).toSeq
+
+  /**
+   * The compact files of a log and the interval they imply, Spark's own rule: the gap between the
+   * two newest, else derived from the one there is (with `default`, the session's setting), else
+   * none (no compact file: the session's setting will decide).
+   */
+  def intervalOf(fm: CheckpointFileManager, dir: Path, default: Int): (Seq[Long], Option[Int]) = {
+    val ids = compactIds(fm, dir)
+    ids -> (ids match {
+      case a +: b +: _ => Some((a - b).toInt)
+      case Seq(a) => Some(deriveCompactInterval(default, a.toInt))
+      case _ => None
+    })
+  }
+
+  /** The newest `n` compaction batches at or below `latest` for `interval`, oldest first. */
+  def lastCompactions(latest: Long, interval: Int, n: Int): Seq[Long] = {
+    val newest = (latest + 1) / interval * interval - 1
+    (0 until n).map(i => newest - i.toLong * interval).filter(_ >= 0).reverse
+  }
+
+  /**
+   * Why the compact files in `dir` do not fit `interval` (from `source`), if they do not: a query
+   * with that interval would look for compact files that are not there and fail.
+   */
+  def misfit(
+      fm: CheckpointFileManager,
+      dir: Path,
+      interval: Int,
+      source: String
+  ): Option[String] = {
+    val ids = compactIds(fm, dir)
+    val wrong = ids.filterNot(c => isCompactionBatch(c, interval))
+    if (wrong.isEmpty) None
+    else Some(
+      s"the log's compact files (${ids.reverse.map(id => s"$id$COMPACT_FILE_SUFFIX").mkString(", ")}) do " +
+        s"not fit compact interval $interval ($source): the query would look for compact files " +
+        "that are not there"
+    )
+  }
+}

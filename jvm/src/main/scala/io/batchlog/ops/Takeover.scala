@@ -1,0 +1,83 @@
+package io.batchlog.ops
+
+import org.json4s.JsonDSL._
+import org.json4s.jackson.JsonMethods.{compact, render}
+
+import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager
+
+import io.batchlog.{BatchLogException, SinkLogApi}
+import io.batchlog.checkpoint.QueryCheckpoint
+import io.batchlog.log.{BatchTaggedFileStreamSinkLog, SinkOwner, SinkRecord}
+
+/**
+ * Hands a sink to another query: the query of `checkpoint` becomes the sink's owner from the batch
+ * after the sink's latest, and the record's epoch moves on, so the previous owner is refused from
+ * then on ([[io.batchlog.commit.WriterGuard]]). Refused while a live writer holds the sink, unless
+ * `force` (the writer is known to be dead).
+ *
+ * Spark's file sink skips every batch id already in the log, so the new owner writes nothing until
+ * its batch ids pass the sink's latest; the plan says how many of its batches that is.
+ */
+object Takeover {
+
+  final case class Plan(
+      sink: String,
+      checkpoint: String,
+      queryId: String,
+      previousOwner: Option[SinkOwner],
+      sinkLatest: Long,
+      checkpointNextBatch: Long,
+      compactInterval: Int
+  ) {
+    def fromBatch: Long = sinkLatest + 1
+
+    /** Batches of the new owner that Spark's sink will skip (ids <= the sink's latest). */
+    def skippedBatches: Long = math.max(0L, sinkLatest + 1 - checkpointNextBatch)
+
+    def noop: Boolean = previousOwner.exists(_.queryId == queryId)
+
+    def toJson(dryRun: Boolean, done: Boolean): String = compact(render(
+      ("sink" -> sink) ~ ("checkpoint" -> checkpoint) ~ ("queryId" -> queryId) ~
+        ("previousOwner" -> previousOwner.map(_.queryId)) ~
+        ("previousOwnerSince" -> previousOwner.map(_.fromBatch)) ~
+        ("sinkLatestBatch" -> sinkLatest) ~ ("fromBatch" -> fromBatch) ~
+        ("checkpointNextBatch" -> checkpointNextBatch) ~ ("skippedBatches" -> skippedBatches) ~
+        ("alreadyOwner" -> noop) ~ ("dryRun" -> dryRun) ~ ("done" -> done)
+    ))
+  }
+
+  def run(
+      spark: SparkSession,
+      sinkPath: String,
+      checkpointPath: String,
+      dryRun: Boolean,
+      force: Boolean
+  ): String = {
+    val plan = BatchLogException.unchanged {
+      val meta = SinkLogApi.metadataPathOf(spark, sinkPath)
+      val fm = CheckpointFileManager.create(meta, spark.sessionState.newHadoopConf())
+      WriterFence.refuseLiveWriter(fm, meta, force)
+      val cp = new QueryCheckpoint(spark, checkpointPath)
+      val log = new BatchTaggedFileStreamSinkLog(spark, meta.toString)
+      Plan(
+        meta.getParent.toString,
+        cp.root.toString,
+        cp.queryId,
+        SinkRecord.read(fm, meta).flatMap(_.owner),
+        log.getLatestBatchId().getOrElse(-1L),
+        cp.commitIds.lastOption.map(_ + 1).getOrElse(0L),
+        log.interval
+      )
+    }
+    if (dryRun || plan.noop) return plan.toJson(dryRun, done = false)
+    val meta = SinkLogApi.metadataPathOf(spark, sinkPath)
+    val fm = CheckpointFileManager.create(meta, spark.sessionState.newHadoopConf())
+    val now = System.currentTimeMillis()
+    WriterFence.bumpEpoch(fm, meta) {
+      case Some(r) => r.copy(owners = r.owners :+ SinkOwner(plan.queryId, plan.fromBatch, now))
+      case None => SinkRecord.first(plan.queryId, plan.fromBatch, plan.compactInterval, now)
+    }
+    plan.toJson(dryRun, done = true)
+  }
+}
