@@ -28,6 +28,7 @@ PYTHON = sys.executable
 FAULT_MANAGER = "io.batchlog.faults.FaultInjectingCheckpointFileManager"
 LOG_NAME = re.compile(r"^(\d+)(\.compact)?$")
 INDEX_NAME = re.compile(r"^(\d+\.compact)\.index$")
+RECORD_NAME = re.compile(r"^batchlog-[a-z]+\.json$")
 TAGGED = re.compile(
     r"part-\d+-batch-(\d+)-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 )
@@ -101,8 +102,8 @@ def check_log(out: Path, compact_interval: int, junk: frozenset[str] = frozenset
     meta = out / "_spark_metadata"
     ids: dict[int, bool] = {}
     for f in sorted(meta.iterdir()):
-        if f.name.startswith(".") or f.name in junk:
-            continue
+        if f.name.startswith(".") or f.name in junk or RECORD_NAME.match(f.name):
+            continue  # batchlog's own records (sink record, writer lease, rewind intent)
         if mi := INDEX_NAME.match(f.name):  # batchlog's per-batch index of a compact file
             assert (meta / mi.group(1)).exists(), f"index without its compact file: {f}"
             assert f.read_text(encoding="utf-8").startswith("batchlog-index v1\n"), f

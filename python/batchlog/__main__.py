@@ -52,6 +52,14 @@ def cmd_inspect(spark: SparkSession, args: argparse.Namespace) -> int:
             f"(minBatchesToRetain {h['minBatchesToRetain']})"
         )
     print(f"rewind horizon  batch {h['horizon']} ({where})")
+    if h.get("owner"):
+        print(f"written by      query {h['owner']} (from batch {h['ownerSince']})")
+    cq = h.get("checkpointQueryId")
+    if cq and h.get("owner") and cq != h["owner"]:
+        print(
+            f"WARNING         the checkpoint is query {cq}'s, not the sink owner's: the sink "
+            "refuses that query, and Spark's sink skips its batch ids up to the latest"
+        )
     batches = info["batches"]
     files = sum(b["files"] for b in batches) + info["untaggedFiles"]
     size = sum(b["bytes"] for b in batches) + info["untaggedBytes"]

@@ -13,6 +13,7 @@ import io.batchlog.ops.{Adopt, Horizon, ReadByBatch, Repair, Rewind, Takeover, V
  * DataFrames; boxed `Long`s where Python passes `None`). Reports are JSON strings.
  */
 object Operations {
+  import BatchLogException.unchanged
 
   /** Plans a rewind and, unless `dryRun`, carries it out. JSON: `{"plan": ..., "result": ...}`. */
   def rewind(
@@ -32,7 +33,7 @@ object Operations {
 
   /** The rewind horizon of a sink, and of its query's checkpoint when given (may be null). */
   def horizon(spark: SparkSession, sinkPath: String, checkpointPath: String): String =
-    Horizon.json(spark, sinkPath, Option(checkpointPath))
+    unchanged(Horizon.json(spark, sinkPath, Option(checkpointPath)))
 
   /**
    * Makes the query of `checkpointPath` the sink's writer from the batch after its latest
@@ -56,18 +57,19 @@ object Operations {
       fromBatch: java.lang.Long,
       toBatch: java.lang.Long
   ): DataFrame =
-    ReadByBatch(
+    unchanged(ReadByBatch(
       spark,
       sinkPath,
       format,
       Option(fromBatch).map(_.longValue),
       Option(toBatch).map(_.longValue)
-    )
+    ))
 
   // ---- reliability: verify, repair, vacuum ----------------------------------------------------
 
   /** Checks the log against the output directory, changing nothing ([[Verify]]). */
-  def verify(spark: SparkSession, sinkPath: String): String = Verify.run(spark, sinkPath).toJson
+  def verify(spark: SparkSession, sinkPath: String): String =
+    unchanged(Verify.run(spark, sinkPath).toJson)
 
   /** Rebuilds a lost or damaged `_spark_metadata` from batch-tagged file names ([[Repair]]). */
   def repair(
@@ -87,5 +89,5 @@ object Operations {
       olderThan: String,
       dryRun: Boolean,
       quiet: Boolean
-  ): String = Vacuum.run(spark, sinkPath, olderThan, dryRun, quiet)
+  ): String = unchanged(Vacuum.run(spark, sinkPath, olderThan, dryRun, quiet))
 }

@@ -20,22 +20,25 @@ import io.batchlog.log.{BatchTaggedFileStreamSinkLog, LogFormat, SinkLogEntry}
 
 /**
  * A read-only view of a file sink's log, the entry point the Python facade calls: strings, longs,
- * arrays and DataFrames only. It reads any sink log (batch-tagged, vanilla or mixed).
+ * arrays and DataFrames only. It reads any sink log (batch-tagged, vanilla or mixed), and never
+ * writes: its errors say that nothing was changed.
  *
  * @param outputPath
  *   the sink's output directory, the one holding `_spark_metadata`
  */
 class SinkLogApi(spark: SparkSession, outputPath: String) {
-  val metadataPath: Path = SinkLogApi.metadataPathOf(spark, outputPath)
+  import BatchLogException.unchanged
+
+  val metadataPath: Path = unchanged(SinkLogApi.metadataPathOf(spark, outputPath))
 
   lazy val log: BatchTaggedFileStreamSinkLog =
     new BatchTaggedFileStreamSinkLog(spark, metadataPath.toString)
 
   /** The latest committed batch id, or -1 if none. */
-  def latestBatch(): Long = log.getLatestBatchId().getOrElse(-1L)
+  def latestBatch(): Long = unchanged(log.getLatestBatchId().getOrElse(-1L))
 
   /** Batch ids that wrote at least one live file, ascending. */
-  def batches(): Array[Long] = {
+  def batches(): Array[Long] = unchanged {
     val ids = mutable.SortedSet.empty[Long]
     log.liveLogBatchIds().foreach { id =>
       if (log.isCompactFile(id)) ids ++= log.indexOf(id).runs.flatMap(_.batchId)
@@ -45,7 +48,7 @@ class SinkLogApi(spark: SparkSession, outputPath: String) {
   }
 
   /** Paths (as logged: URI strings) of the live files written by `batchId`. */
-  def files(batchId: Long): Array[String] = {
+  def files(batchId: Long): Array[String] = unchanged {
     if (batchId < 0) throw BatchLogException.invalidArgument("batch", batchId, "must be >= 0")
     val out = mutable.ArrayBuffer.empty[String]
     log.foreachLiveEntryWhere(_.contains(batchId))(out += _.path)
@@ -56,7 +59,7 @@ class SinkLogApi(spark: SparkSession, outputPath: String) {
    * The batch that wrote `path`: -1 if `path` is live in the log but untagged; null if the log does
    * not hold it. `path` may be a logged URI or a plain path.
    */
-  def batchOf(path: String): java.lang.Long = {
+  def batchOf(path: String): java.lang.Long = unchanged {
     val wanted = qualify(path)
     var found: Option[Option[Long]] = None
     // A batch-tagged name says where to look; otherwise (or if it lies) scan the whole log.
@@ -78,7 +81,7 @@ class SinkLogApi(spark: SparkSession, outputPath: String) {
    * `_spark_metadata`, so lines come through Hadoop's `TextInputFormat` (split like any text file)
    * and are parsed by Spark's JSON reader, failing fast on a corrupt line.
    */
-  def entries(): DataFrame = {
+  def entries(): DataFrame = unchanged {
     val fromName: Column =
       nullif(regexp_extract(col("path"), DataFileNaming.Pattern, 1), lit("")).cast("long")
     val perFile = log.liveLogBatchIds().map { id =>
@@ -98,7 +101,7 @@ class SinkLogApi(spark: SparkSession, outputPath: String) {
   }
 
   /** A summary for `inspect`, as JSON: compaction state, log files and per-batch totals. */
-  def inspectJson(): String = {
+  def inspectJson(): String = unchanged {
     val perBatch = mutable.TreeMap.empty[Long, (Long, Long)]
     var untagged = (0L, 0L)
     log.foreachLiveEntry { e =>

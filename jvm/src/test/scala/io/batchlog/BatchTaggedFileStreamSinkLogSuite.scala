@@ -500,6 +500,31 @@ class BatchTaggedFileStreamSinkLogSuite extends SparkSessionTestBase {
     }
   }
 
+  // ---- only the next batch ---------------------------------------------------------------------
+
+  test("the log accepts only the batch after its latest; an empty log accepts any") {
+    withTempDir { root =>
+      val dir = metaDir(root)
+      withSQLConf(CompactIntervalKey -> "3") {
+        val log = ours(dir)
+        (0L to 2L).foreach(b => assert(log.add(b, entriesOf(b))))
+        // a gap means the log was cut back under a running writer (a rewind): refused
+        val e = intercept[BatchLogException](log.add(5L, entriesOf(5L)))
+        assert(e.code === BatchLogException.BatchOutOfOrder)
+        assert(e.getMessage.contains("its latest batch is 2, so the next batch must be 3"))
+        assert(e.getMessage.contains(dir.getName))
+        assert(logFileNames(dir) === Set("0", "1", "2.compact"))
+        // the batch already logged: false, as Spark's log (the committer reports the race)
+        assert(!log.add(2L, entriesOf(2L)))
+        assert(log.add(3L, entriesOf(3L)))
+        assert(ours(dir).allFiles().toSet === (0L to 3L).flatMap(entriesOf(_).toSeq).toSet)
+      }
+      val empty = ours(metaDir(new File(root, "other")))
+      assert(empty.add(7L, entriesOf(7L)))
+      assert(empty.getLatestBatchId().contains(7L))
+    }
+  }
+
   // ---- bad input ------------------------------------------------------------------------------
 
   /** A log with batches 0..4 at compactInterval 3 (2.compact, 3, 4). */

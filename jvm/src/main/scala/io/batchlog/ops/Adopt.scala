@@ -5,7 +5,7 @@ import org.json4s.jackson.JsonMethods.{compact, render}
 
 import org.apache.spark.sql.SparkSession
 
-import io.batchlog.SinkLogApi
+import io.batchlog.{BatchLogException, SinkLogApi}
 import io.batchlog.log.{BatchTaggedFileStreamSinkLog, LineageProof, LogFiles, LogFormat}
 
 /**
@@ -19,12 +19,14 @@ import io.batchlog.log.{BatchTaggedFileStreamSinkLog, LineageProof, LogFiles, Lo
 object Adopt {
 
   def run(spark: SparkSession, sinkPath: String, dryRun: Boolean, quiet: Boolean): String = {
-    val meta = SinkLogApi.metadataPathOf(spark, sinkPath)
-    val log = new BatchTaggedFileStreamSinkLog(spark, meta.toString)
+    val (log, compacts, proof) = BatchLogException.unchanged {
+      val meta = SinkLogApi.metadataPathOf(spark, sinkPath)
+      val log = new BatchTaggedFileStreamSinkLog(spark, meta.toString)
+      val ids = log.listLogFiles().map(f => log.pathToBatchId(f.getPath)).toSeq
+      (log, ids.filter(log.isCompactFile), LineageProof.of(log, Long.MaxValue))
+    }
     val fm = log.checkpointFileManager
-    val ids = log.listLogFiles().map(f => log.pathToBatchId(f.getPath)).toSeq
-    val compacts = ids.filter(log.isCompactFile)
-    val proof = LineageProof.of(log, Long.MaxValue)
+    val meta = log.metadataPath
 
     def tagged(line: String): String =
       if (LogFormat.isTagged(line)) line
@@ -48,10 +50,20 @@ object Adopt {
       stillUntagged += untaggedHere
       if (untaggedHere > 0) horizon = math.max(horizon, id + 1)
       if (changed > 0 && !dryRun) {
-        LogFiles.writeAtomic(fm, log.logFilePath(id), overwrite = true) { w =>
-          log.foreachLineIn(id)((line, _) => LogFiles.writeLine(w, tagged(line)))
+        try {
+          LogFiles.writeAtomic(fm, log.logFilePath(id), overwrite = true) { w =>
+            log.foreachLineIn(id)((line, _) => LogFiles.writeLine(w, tagged(line)))
+          }
+          log.writeIndex(id)
+        } catch {
+          case e: BatchLogException =>
+            throw e.withOutcome(
+              if (rewritten == 0) BatchLogException.NothingChanged
+              else
+                s"$rewritten compact files were tagged before it (each is replaced whole, with " +
+                  "the same entries); re-running adopt finishes the job."
+            )
         }
-        log.writeIndex(id)
         rewritten += 1
       }
       progress.step(i + 1, compacts.length)

@@ -134,13 +134,14 @@ object Horizon {
     val log =
       new BatchTaggedFileStreamSinkLog(spark, SinkLogApi.metadataPathOf(spark, sinkPath).toString)
     val sink = ofSink(log)
-    val cp = checkpointPath.map { p =>
-      val c = new QueryCheckpoint(spark, p)
-      ofCheckpoint(c.offsetIds, c.commitIds)
-    }
+    val checkpoint = checkpointPath.map(new QueryCheckpoint(spark, _))
+    val cp = checkpoint.map(c => ofCheckpoint(c.offsetIds, c.commitIds))
+    val owner = SinkRecord.read(log.checkpointFileManager, log.metadataPath).flatMap(_.owner)
     compact(render(("sinkHorizon" -> sink) ~ ("checkpointHorizon" -> cp) ~
       ("horizon" -> cp.map(math.max(_, sink)).getOrElse(sink)) ~
-      ("minBatchesToRetain" -> BatchLogConf.sinkLogSettings(spark).minBatchesToRetain)))
+      ("minBatchesToRetain" -> BatchLogConf.sinkLogSettings(spark).minBatchesToRetain) ~
+      ("owner" -> owner.map(_.queryId)) ~ ("ownerSince" -> owner.map(_.fromBatch)) ~
+      ("checkpointQueryId" -> checkpoint.map(_.queryId))))
   }
 }
 

@@ -13,9 +13,10 @@ import io.batchlog.log.BatchTaggedFileStreamSinkLog
 
 /**
  * Deletes orphan data files: files in a sink's output directory that its log does not list (left by
- * failed or crashed batch attempts), once older than `olderThan`. Never a live logged file, and
- * never a file whose batch-tagged name says it belongs to a batch after the latest logged one (that
- * batch may be running now). Files whose names carry no batch are protected by their age only.
+ * failed or crashed batch attempts), once older than `olderThan`. Never a live logged file, and,
+ * while a writer's lease is live, never a file whose batch-tagged name says it belongs to a batch
+ * after the latest logged one (that batch may be running now); with no live writer those are what a
+ * killed or refused writer left. Files whose names carry no batch are protected by their age only.
  *
  * The log is read first; if it cannot be read, nothing is deleted.
  */
@@ -56,7 +57,10 @@ object Vacuum {
     val cutoff = now - olderThanMs
 
     val orphans = Verify.orphans(fs, sink, logged)
-    val (running, settled) = orphans.partition(_.batchId.exists(_ > latest))
+    // Files of a batch after the latest may belong to a batch running now, unless no writer is
+    // live: then they are what a killed or refused writer left.
+    val writerLive = WriterFence.liveWriter(log.checkpointFileManager, meta).isDefined
+    val (running, settled) = orphans.partition(o => writerLive && o.batchId.exists(_ > latest))
     val (toDelete, recent) = settled.partition(_.modificationTime <= cutoff)
     val deleted =
       if (dryRun) 0L
@@ -77,7 +81,8 @@ object Vacuum {
         ("candidateFiles" -> toDelete.length) ~ ("candidateBytes" -> bytes(toDelete)) ~
         ("deletedFiles" -> deleted) ~
         ("skippedRecentFiles" -> recent.length) ~ ("skippedRecentBytes" -> bytes(recent)) ~
-        ("skippedRunningFiles" -> running.length) ~ ("skippedRunningBytes" -> bytes(running)) ~
+        ("writerLive" -> writerLive) ~ ("skippedRunningFiles" -> running
+          .length) ~ ("skippedRunningBytes" -> bytes(running)) ~
         ("candidates" -> toDelete.take(Verify.ListLimit).toList.map { o =>
           ("path" -> o.path.toString) ~ ("size" -> o.size) ~ ("batchId" -> o.batchId) ~
             ("modificationTime" -> o.modificationTime)

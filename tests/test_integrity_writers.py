@@ -1,0 +1,318 @@
+"""Integrity under misuse by other processes (issue 9, cases 2 and 3): a rewind while a query
+writes the sink, a writer killed mid-run, two queries with two checkpoints on one sink.
+
+Every writer here is a real ``spark-submit`` process (``apps/live_writer_app.py``); rewinds and
+takeovers come from this test process or the CLI, i.e. from another JVM. Each test asserts the
+exact rows plain Spark reads back and ``SinkLog.files(b)`` for every batch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from pyspark.errors import StreamingQueryException
+from pyspark.sql import SparkSession
+from reliability_support import (
+    APPS,
+    PYTHON,
+    REPO,
+    SINK_CONFS,
+    TAGGED,
+    batchlog,
+    local_path,
+    plain_read,
+    run_cli,
+    run_stream,
+    spark_session,
+    spark_submit,
+    wait_for,
+    write_input,
+)
+
+spark = spark_session  # the module's session fixture
+
+ROWS = 4  # rows per input file, ids k*1000+i: input file k is batch k of its query
+LEASE = "batchlog-lease.json"
+WAIT_S = 180
+
+
+def ids_of(files: range) -> list[int]:
+    return sorted(k * 1000 + i for k in files for i in range(ROWS))
+
+
+def latest(out: Path) -> int:
+    meta = out / "_spark_metadata"
+    ids = [int(n.split(".")[0]) for n in os.listdir(meta) if n.split(".")[0].isdigit()]
+    return max(ids, default=-1)
+
+
+def query_id(chk: Path) -> str:
+    qid: str = json.loads((chk / "metadata").read_text())["id"]
+    return qid
+
+
+def data_files(out: Path) -> set[Path]:
+    return {p for p in out.rglob("part-*") if "_spark_metadata" not in p.parts and p.is_file()}
+
+
+def assert_sink_exact(spark: SparkSession, out: Path, batches: dict[int, list[int]]) -> None:
+    """Plain Spark reads exactly the ids of ``batches`` (batch -> its ids), each once, and
+    ``files(b)`` holds exactly the files of batch b, which hold exactly its ids."""
+    everything = sorted(i for ids in batches.values() for i in ids)
+    assert plain_read(out)["ids"] == everything
+    log = batchlog.SinkLog(spark, str(out))
+    assert log.latest_batch() == max(batches)
+    for b, ids in batches.items():
+        files = log.files(b)
+        assert files, f"files({b}) is empty"
+        for f in files:
+            m = TAGGED.search(f)
+            assert m and int(m.group(1)) == b, f
+        rows = spark.read.parquet(*[str(local_path(f)) for f in files]).select("id").collect()
+        assert sorted(r[0] for r in rows) == ids, f"batch {b}"
+    # nothing else on disk: every data file is a logged one
+    logged = {local_path(f) for b in batches for f in log.files(b)}
+    assert data_files(out) == logged
+    report = batchlog.verify(spark, str(out))
+    assert report["healthy"] and report["orphanCount"] == 0, report
+
+
+class Writer:
+    """A ``spark-submit`` of ``live_writer_app.py`` writing ``out``; stopped by PID at the end."""
+
+    def __init__(self, root: Path, confs: dict[str, str] | None = None) -> None:
+        self.inp, self.out, self.chk = root / "in", root / "out", root / "chk"
+        self.control = root / "control"
+        self.control.mkdir(parents=True, exist_ok=True)
+        self.log = root / "writer.log"
+        all_confs = {
+            "spark.ui.enabled": "false",
+            "spark.sql.shuffle.partitions": "2",
+            **SINK_CONFS,
+            "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+            **(confs or {}),
+        }
+        cmd = [spark_submit(), "--master", "local[2]", "--jars", batchlog.jar_path()]
+        for k, v in all_confs.items():
+            cmd += ["--conf", f"{k}={v}"]
+        cmd += [str(APPS / "live_writer_app.py")]
+        cmd += [str(self.inp), str(self.out), str(self.chk), str(self.control)]
+        env = dict(os.environ, PYSPARK_PYTHON=PYTHON, PYSPARK_DRIVER_PYTHON=PYTHON)
+        env.pop("PYSPARK_SUBMIT_ARGS", None)
+        with open(self.log, "ab") as f:
+            self.proc = subprocess.Popen(
+                cmd, stdout=f, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=REPO
+            )
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def wait_latest(self, batch: int) -> None:
+        ok = wait_for(
+            lambda: self.proc.poll() is None
+            and (self.out / "_spark_metadata").is_dir()
+            and latest(self.out) >= batch,
+            WAIT_S,
+        )
+        assert ok, f"the writer did not reach batch {batch}:\n{self.output()[-5000:]}"
+
+    def stop(self) -> int:
+        (self.control / "stop").touch()
+        return self.proc.wait(timeout=WAIT_S)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=60)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.kill()
+
+
+@pytest.fixture
+def writers() -> list[Writer]:
+    started: list[Writer] = []
+    yield started
+    for w in started:
+        w.close()
+
+
+def log_state(out: Path, chk: Path) -> dict[str, list[str]]:
+    """Names in the sink log and the checkpoint's logs (not the writer's lease, which it
+    refreshes)."""
+    dirs = {"meta": out / "_spark_metadata", "offsets": chk / "offsets", "commits": chk / "commits"}
+    return {
+        k: sorted(n for n in os.listdir(d) if not n.startswith(".") and n != LEASE)
+        for k, d in dirs.items()
+    }
+
+
+# ---- case 2: a rewind from another process while the query runs ----------------------------
+
+
+def test_rewind_is_refused_while_a_query_writes_the_sink(
+    spark: SparkSession, tmp_path: Path, writers: list[Writer]
+) -> None:
+    w = Writer(tmp_path)
+    writers.append(w)
+    write_input(w.inp, 0, 5, ROWS)
+    w.wait_latest(4)
+    qid = query_id(w.chk)
+    before = log_state(w.out, w.chk)
+
+    # from the CLI (its own JVM): refused, naming the writer and the way out
+    cli = run_cli("rewind", str(w.out), "--checkpoint", str(w.chk), "--to-batch", "2")
+    assert cli.returncode == 2, cli.stdout + cli.stderr[-3000:]
+    assert "WriterActiveError" in cli.stderr and "A streaming query is writing to" in cli.stderr
+    assert f"query {qid}" in cli.stderr and "driver pid" in cli.stderr
+    assert "--force" in cli.stderr and "Nothing was changed." in cli.stderr
+    # from this process, dry run included: refused too
+    with pytest.raises(batchlog.WriterActiveError):
+        batchlog.rewind(spark, str(w.out), str(w.chk), 2, dry_run=True, quiet=True)
+    assert log_state(w.out, w.chk) == before
+    assert not (w.out / "_spark_metadata" / "batchlog-rewind.json").exists()
+
+    # the writer never noticed: it goes on
+    write_input(w.inp, 5, 2, ROWS)
+    w.wait_latest(6)
+    assert w.stop() == 0, w.output()[-5000:]
+    # a query that stops removes its lease: the rewind now goes through, no force needed
+    assert not (w.out / "_spark_metadata" / LEASE).exists()
+    batchlog.rewind(spark, str(w.out), str(w.chk), 2, quiet=True)
+    run_stream(spark, w.inp, w.out, w.chk)
+    assert_sink_exact(spark, w.out, {b: ids_of(range(b, b + 1)) for b in range(7)})
+
+
+def test_a_killed_writer_holds_the_sink_until_its_lease_is_stale_or_forced(
+    spark: SparkSession, tmp_path: Path, writers: list[Writer]
+) -> None:
+    w = Writer(tmp_path, {"spark.batchlog.writer.leaseTimeout": "1h"})
+    writers.append(w)
+    write_input(w.inp, 0, 4, ROWS)
+    w.wait_latest(3)
+    w.kill()
+    lease = json.loads((w.out / "_spark_metadata" / LEASE).read_text())
+    assert lease["queryId"] == query_id(w.chk) and lease["timeoutMs"] == 3_600_000
+    with pytest.raises(batchlog.WriterActiveError) as e:
+        batchlog.rewind(spark, str(w.out), str(w.chk), 1, quiet=True)
+    assert f"driver pid {lease['pid']}" in str(e.value)
+    # the operator knows the driver is dead: force
+    report = batchlog.rewind(spark, str(w.out), str(w.chk), 1, quiet=True, force=True)
+    assert report["plan"]["force"] is True and report["result"]["toBatch"] == 1
+    run_stream(spark, w.inp, w.out, w.chk)
+    assert_sink_exact(spark, w.out, {b: ids_of(range(b, b + 1)) for b in range(4)})
+
+
+def test_a_rewind_under_a_running_batch_fails_the_query_before_it_commits(
+    spark: SparkSession, tmp_path: Path, writers: list[Writer]
+) -> None:
+    w = Writer(tmp_path)
+    writers.append(w)
+    write_input(w.inp, 0, 4, ROWS)
+    w.wait_latest(3)
+    # hold batch 4 in the middle of its tasks (after the writer's checks before the batch)
+    (w.control / "hold-4000").touch()
+    write_input(w.inp, 4, 1, ROWS)
+    assert wait_for(lambda: (w.control / "held-4000").exists(), WAIT_S), w.output()[-5000:]
+    # a rewind that ignores the live lease (as if the writer were believed dead) goes through
+    batchlog.rewind(spark, str(w.out), str(w.chk), 2, quiet=True, force=True)
+    (w.control / "go-4000").touch()
+    assert w.proc.wait(timeout=WAIT_S) == 3, w.output()[-5000:]
+    out = w.output()
+    assert "QUERY-FAILED" in out and "was rewound, repaired or taken over" in out, out[-5000:]
+    assert "Batch 4 was not committed; its data files are deleted." in out, out[-5000:]
+    # the query failed before committing: the sink is exactly the rewound one, no stray files
+    assert not any(TAGGED.search(p.name).group(1) == "4" for p in data_files(w.out))  # type: ignore[union-attr]
+    assert_sink_exact(spark, w.out, {b: ids_of(range(b, b + 1)) for b in range(2)})
+    # and the rewound checkpoint replays batches 2..4 exactly once
+    run_stream(spark, w.inp, w.out, w.chk)
+    assert_sink_exact(spark, w.out, {b: ids_of(range(b, b + 1)) for b in range(5)})
+
+
+def test_what_a_killed_writer_left_is_listed_by_verify_and_removed_by_vacuum(
+    spark: SparkSession, tmp_path: Path, writers: list[Writer]
+) -> None:
+    fault = {
+        "spark.hadoop.spark.sql.streaming.checkpointFileManagerClass": (
+            "io.batchlog.faults.FaultInjectingCheckpointFileManager"
+        ),
+        # the JVM halts after batch 3's tasks wrote their files, before its log file exists
+        "spark.hadoop.spark.batchlog.test.fault.op": "createAtomic",
+        "spark.hadoop.spark.batchlog.test.fault.pathRegex": r"_spark_metadata/3$",
+        "spark.hadoop.spark.batchlog.test.fault.action": "halt",
+        "spark.batchlog.writer.leaseTimeout": "2s",
+    }
+    w = Writer(tmp_path, fault)
+    writers.append(w)
+    write_input(w.inp, 0, 4, ROWS)
+    assert w.proc.wait(timeout=WAIT_S) != 0
+    assert latest(w.out) == 2
+    left = {p for p in data_files(w.out) if TAGGED.search(p.name).group(1) == "3"}  # type: ignore[union-attr]
+    assert left, "the halted batch left no files"
+    report = batchlog.verify(spark, str(w.out))
+    assert report["healthy"] is True
+    assert {local_path(o["path"]) for o in report["orphans"]} == left
+    assert {o["batchId"] for o in report["orphans"]} == {3}
+    # once the dead writer's lease is stale, its files are no longer "a batch running now"
+    lease = json.loads((w.out / "_spark_metadata" / LEASE).read_text())
+    time.sleep(max(0.0, (lease["refreshedAtMs"] + lease["timeoutMs"]) / 1000 - time.time() + 0.2))
+    r = batchlog.vacuum(spark, str(w.out), older_than="0s", dry_run=False, quiet=True)
+    assert r["writerLive"] is False and r["deletedFiles"] == len(left)
+    assert not any(p.exists() for p in left)
+    run_stream(spark, w.inp, w.out, w.chk)
+    assert_sink_exact(spark, w.out, {b: ids_of(range(b, b + 1)) for b in range(4)})
+
+
+# ---- case 3: two queries, two checkpoints, one sink -----------------------------------------
+
+
+def test_a_second_query_on_the_sink_is_refused_until_it_takes_the_sink_over(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    in_a, chk_a, in_b, chk_b = (tmp_path / n for n in ("in-a", "chk-a", "in-b", "chk-b"))
+    write_input(in_a, 0, 4, ROWS)
+    run_stream(spark, in_a, out, chk_a)
+    a = query_id(chk_a)
+    files_before = data_files(out)
+
+    # B: batches 0..3 are skipped by Spark's sink (ids already logged), batch 4 is refused
+    write_input(in_b, 10, 6, ROWS)
+    with pytest.raises(StreamingQueryException) as e:
+        run_stream(spark, in_b, out, chk_b)
+    b = query_id(chk_b)
+    msg = str(e.value)
+    assert f"Query {b} cannot write batch 4 to" in msg and str(out) in msg, msg[:3000]
+    assert f"the sink is written by another query, query {a}" in msg, msg[:3000]
+    assert "python -m batchlog takeover" in msg and "was not written to the sink" in msg
+    # nothing of B reached the sink; A's batches are intact
+    assert data_files(out) == files_before
+    assert_sink_exact(spark, out, {k: ids_of(range(k, k + 1)) for k in range(4)})
+
+    # the takeover: dry run first (changes nothing), then for real
+    plan = batchlog.takeover(spark, str(out), str(chk_b), dry_run=True)
+    assert plan["previousOwner"] == a and plan["queryId"] == b and plan["fromBatch"] == 4
+    assert plan["skippedBatches"] == 0 and plan["done"] is False
+    record = json.loads((out / "_spark_metadata" / "batchlog-sink.json").read_text())
+    assert [o["queryId"] for o in record["owners"]] == [a]
+    assert batchlog.takeover(spark, str(out), str(chk_b))["done"] is True
+    record = json.loads((out / "_spark_metadata" / "batchlog-sink.json").read_text())
+    assert [(o["queryId"], o["fromBatch"]) for o in record["owners"]] == [(a, 0), (b, 4)]
+
+    # now A is the one refused ...
+    write_input(in_a, 4, 1, ROWS)
+    with pytest.raises(StreamingQueryException) as e:
+        run_stream(spark, in_a, out, chk_a)
+    assert f"the sink is written by another query, query {b}" in str(e.value)
+    # ... and B writes its batches 4 and 5 (its input files 14 and 15)
+    run_stream(spark, in_b, out, chk_b)
+    expected = {k: ids_of(range(k, k + 1)) for k in range(4)}
+    expected.update({4: ids_of(range(14, 15)), 5: ids_of(range(15, 16))})
+    assert_sink_exact(spark, out, expected)
