@@ -168,12 +168,18 @@ def cmd_verify(spark: SparkSession, args: argparse.Namespace) -> int:
         ["size differs from the log", r["sizeMismatchCount"], "unhealthy"],
         ["name's batch differs from the log", r["wrongBatchCount"], "unhealthy"],
         ["log errors", len(r["logErrors"]), "unhealthy"],
+        ["damaged compact-file indexes", len(r["indexProblems"]), "unhealthy; see repair"],
+        ["indexes rebuilt in memory", r["indexesRebuiltInMemory"], "ok (missing or legacy v1)"],
         ["orphans (on disk, not logged)", r["orphanCount"], "ok; see vacuum"],
     ]
     print()
     print(table(["check", "files", "meaning"], rows))
     for msg in r["logErrors"]:
         print(f"\nlog error: {msg}")
+    for p in r["indexProblems"]:
+        print(f"\nindex not used: {p['file']}: {p['problem']}")
+    if r["indexProblems"]:
+        print(r["indexAdvice"])
     listed = [("missing", e["path"], e.get("batchId"), e["size"]) for e in r["missing"]]
     listed += [
         ("size", e["path"], e.get("batchId"), f"{e['size']} logged, {e['actualSize']} on disk")
@@ -210,6 +216,12 @@ def cmd_repair(spark: SparkSession, args: argparse.Namespace) -> int:
     print(f"log             {state}")
     if not r["needed"] and not args.force:
         print("nothing to do: the log is healthy (--force rebuilds it anyway)")
+        return 0
+    if r["indexesOnly"] and not args.force:
+        head = "would rewrite" if args.dry_run else "rewrote"
+        print(f"{head} only the damaged compact-file indexes, from their compact files:")
+        for p in r["indexProblems"]:
+            print(f"  {p['file']}")
         return 0
     print(
         f"compaction      every {r['compactInterval']} batches (from the log's compact files, "

@@ -89,7 +89,11 @@ def verify(spark: SparkSession, sink_path: str) -> dict[str, Any]:
     Every live logged file must exist with the logged size and its batch-tagged name must agree
     with its logged batch; every log file the log needs must be readable (``logErrors``). Data
     files the log does not list are reported as ``orphans`` (they do not make a sink unhealthy:
-    reads through the log never see them; ``vacuum`` removes old ones). ``healthy`` is the verdict.
+    reads through the log never see them; ``vacuum`` removes old ones). Every live compact file's
+    index (``N.compact.index``) must be proved and match the compact file's bytes; one that does not
+    is listed in ``indexProblems`` (``{"file", "problem"}``) and makes the sink unhealthy: readers
+    rebuild it in memory and compaction never uses it until ``repair`` rewrites it. Missing or
+    legacy (v1) indexes are only counted (``indexesRebuiltInMemory``). ``healthy`` is the verdict.
     """
     with jvm_errors():
         report = batchlog_package(spark).Operations.verify(jsession(spark), sink_path)
@@ -109,7 +113,9 @@ def repair(
     Does nothing when the log is healthy (unless ``force``). A damaged log is renamed to
     ``_spark_metadata.broken-<ts>``, never deleted. Files without a batch in their name are
     reported (``untagged``) and left out. Stop the query first; restart it with its checkpoint
-    afterwards. ``written`` tells whether a new log was written.
+    afterwards. ``written`` tells whether a new log was written. When the only problems are
+    damaged compact-file indexes (``indexesOnly``), exactly those are rewritten from their compact
+    files instead (``indexesRewritten``; none with ``dry_run``).
     """
     with jvm_errors():
         report = batchlog_package(spark).Operations.repair(

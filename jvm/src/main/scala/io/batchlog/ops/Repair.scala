@@ -31,6 +31,10 @@ import io.batchlog.log.{BatchTaggedFileStreamSinkLog, LogFiles, LogFormat, SinkL
  * `_spark_metadata.broken-<ts>` (hidden from Spark, like every `_` name), never deleted. Stop the
  * query first.
  *
+ * A log whose only problems are damaged index files (`N.compact.index`, see [[Verify]]) is not
+ * rebuilt: exactly those indexes are rewritten from a scan of their compact files (atomically), and
+ * reported as `indexesRewritten`.
+ *
  * Caveat: a batch attempt that failed before committing leaves files with the same batch id as its
  * successful retry; without a surviving log they cannot be told apart. Such batches (two files of
  * one task split in one directory) are reported as `suspectBatches`.
@@ -46,7 +50,8 @@ object Repair {
       compactInterval: Int,
       files: Seq[(Long, FileStatus)],
       untagged: Seq[FileStatus],
-      suspectBatches: Seq[Long]
+      suspectBatches: Seq[Long],
+      indexProblems: Seq[IndexProblem] = Nil
   ) {
     val latestBatch: Long = if (files.isEmpty) -1L else files.map(_._1).max
 
@@ -62,7 +67,14 @@ object Repair {
 
     def needed: Boolean = !logExists || !logHealthy
 
-    def toJson(result: Option[(Boolean, Option[Path])]): String = compact(render(
+    /** The log is sound but for damaged indexes: rewriting them is the whole repair. */
+    def indexesOnly: Boolean =
+      logExists && indexProblems.nonEmpty && logProblems.length == indexProblems.length
+
+    def toJson(
+        result: Option[(Boolean, Option[Path])],
+        indexesRewritten: Seq[Path] = Nil
+    ): String = compact(render(
       ("sink" -> sink.toString) ~ ("metadataPath" -> metadataPath.toString) ~
         ("logExists" -> logExists) ~ ("logHealthy" -> logHealthy) ~
         ("logProblems" -> logProblems.toList) ~ ("needed" -> needed) ~
@@ -80,7 +92,12 @@ object Repair {
         ("untagged" -> untagged.take(Verify.ListLimit).map(_.getPath.toString).toList) ~
         ("suspectBatches" -> suspectBatches.toList) ~
         ("written" -> result.map(_._1)) ~
-        ("movedAside" -> result.flatMap(_._2).map(_.toString))
+        ("movedAside" -> result.flatMap(_._2).map(_.toString)) ~
+        ("indexProblems" -> indexProblems.toList.map { p =>
+          ("file" -> p.file.toString) ~ ("problem" -> p.problem)
+        }) ~
+        ("indexesOnly" -> indexesOnly) ~
+        ("indexesRewritten" -> indexesRewritten.map(_.toString).toList)
     ))
   }
 
@@ -101,6 +118,7 @@ object Repair {
     var interval = BatchLogConf.sinkLogSettings(spark).compactInterval
     val problems = mutable.ArrayBuffer.empty[String]
     var loggedLatest = -1L
+    var indexProblems: Seq[IndexProblem] = Nil
     if (logExists) {
       if (!fs.getFileStatus(meta).isDirectory) problems += s"$meta is not a directory"
       else {
@@ -116,6 +134,7 @@ object Repair {
         if (report.wrongBatch.nonEmpty) {
           problems += s"${report.wrongBatch.length} entries logged under another batch"
         }
+        indexProblems = report.indexProblems
       }
     }
 
@@ -132,6 +151,7 @@ object Repair {
       problems += s"$meta holds no log files but the output holds ${sorted.length} data files"
     }
     val suspect = sorted.groupBy(_._1).filter(b => twoAttempts(b._2.map(_._2))).keys.toSeq.sorted
+    problems ++= indexProblems.map(p => s"${p.file} is not used: ${p.problem}")
     Plan(
       sink,
       meta,
@@ -141,7 +161,8 @@ object Repair {
       interval,
       sorted,
       untagged.toSeq,
-      suspect
+      suspect,
+      indexProblems
     )
   }
 
@@ -174,6 +195,7 @@ object Repair {
       quiet: Boolean
   ): String = {
     val p = plan(spark, sinkPath)
+    if (p.indexesOnly && !force) return rewriteIndexes(spark, p, dryRun)
     if (dryRun || (!p.needed && !force)) return p.toJson(Some((false, None)))
     val progress = new Progress("repair: log files", quiet)
     val hadoopConf = spark.sessionState.newHadoopConf()
@@ -205,5 +227,13 @@ object Repair {
     }
     aside.foreach(b => progress.note(s"the damaged log was moved to $b"))
     p.toJson(Some((true, aside)))
+  }
+
+  /** Rewrites (unless `dryRun`) exactly the damaged indexes of `p`, each from its compact file. */
+  private def rewriteIndexes(spark: SparkSession, p: Plan, dryRun: Boolean): String = {
+    if (dryRun) return p.toJson(Some((false, None)))
+    val log = new BatchTaggedFileStreamSinkLog(spark, p.metadataPath.toString)
+    p.indexProblems.foreach(ip => log.writeIndex(ip.compactId))
+    p.toJson(Some((false, None)), p.indexProblems.map(_.file))
   }
 }
