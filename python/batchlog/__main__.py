@@ -200,7 +200,15 @@ def cmd_verify(spark: SparkSession, args: argparse.Namespace) -> int:
         )
         if len(listed) > _SHOWN:
             print(f"... and {len(listed) - _SHOWN} more")
-    if not r["healthy"]:
+    index_only = (
+        not r["logErrors"]
+        and not r["missingCount"]
+        and not r["sizeMismatchCount"]
+        and not r["wrongBatchCount"]
+    )
+    if not r["healthy"] and index_only:
+        print("\nOnly indexes are damaged. `python -m batchlog repair PATH` rewrites them.")
+    elif not r["healthy"]:
         print("\nThe log does not match the output. `python -m batchlog repair PATH` rebuilds it.")
     return 0 if r["healthy"] else 1
 

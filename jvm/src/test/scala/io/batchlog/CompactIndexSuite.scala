@@ -109,6 +109,23 @@ class CompactIndexSuite extends SparkSessionTestBase {
     }
   }
 
+  test("a scan computes the same runs and CRCs as compaction, for non-ASCII lines too") {
+    withSQLConf(BatchLogConf.CompactIntervalKey -> "3") {
+      withTempDir { root =>
+        val log =
+          new BatchTaggedFileStreamSinkLog(spark, new File(root, "_spark_metadata").toString)
+        def odd(b: Long) = Array.tabulate(2)(i =>
+          entry(b, i).copy(path = s"file:///out/p=%C3%BC%C2%BD ü½ é/part-$b-$i.parquet")
+        )
+        (0 until 9).foreach(b => assert(log.add(b, odd(b))))
+        val written = proved(log, 8)
+        assert(written.runs.length == 9 && log.indexProblem(8).isEmpty)
+        assert(log.scanIndex(8, statusOf(log, 8)) == written)
+        assert(new SinkLogApi(spark, root.toString).files(4).toSeq == odd(4).map(_.path).toSeq)
+      }
+    }
+  }
+
   test("a stale index (right file length and mtime, wrong runs) is detected, not trusted") {
     withSQLConf(BatchLogConf.CompactIntervalKey -> "3") {
       withTempDir { root =>
@@ -143,9 +160,28 @@ class CompactIndexSuite extends SparkSessionTestBase {
           path,
           good.copy(compactLength = good.compactLength + 1, runs = Vector.empty)
         )
+        val len = good.compactLength
+        assert(prove(log, 5) == Left(s"the compact file is $len bytes, the index says ${len + 1}"))
         val api = new SinkLogApi(spark, root.toString)
         assert(api.files(2).toSeq == entries(2, 2).map(_.path).toSeq)
         assert(api.log.indexOf(5) == good)
+      }
+    }
+  }
+
+  test("an index of the compact file with another modification time is not used") {
+    withSQLConf(BatchLogConf.CompactIntervalKey -> "3") {
+      withTempDir { root =>
+        val log = buildSink(root, 6, _ => 2)
+        val good = proved(log, 5)
+        val path = new Path(s"${log.metadataPath}/5.compact.index")
+        CompactIndex.write(log.checkpointFileManager, path, good.copy(compactModTime = 1L))
+        assert(prove(log, 5) == Left(s"the compact file's modification time is " +
+          s"${good.compactModTime}, the index says 1"))
+        assert(
+          new SinkLogApi(spark, root.toString).files(2).toSeq == entries(2, 2).map(_.path).toSeq
+        )
+        assert(log.indexOf(5) == good)
       }
     }
   }

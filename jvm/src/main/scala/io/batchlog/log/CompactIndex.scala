@@ -1,6 +1,6 @@
 package io.batchlog.log
 
-import java.io.{ByteArrayOutputStream, InputStream, OutputStream}
+import java.io.{InputStream, OutputStream}
 import java.nio.charset.StandardCharsets.UTF_8
 import java.util.zip.{Checksum, CRC32C}
 
@@ -253,35 +253,47 @@ object CompactIndex {
       fn: (String, Long) => Unit
   ): Long = {
     val buf = new Array[Byte](1 << 16)
-    val line = new ByteArrayOutputStream(1024)
-    var pos = 0L
+    var line = new Array[Byte](1024) // the current line's bytes, without its '\n'
+    var lineLen = 0
+    var pos = 0L // offset of buf(0) while scanning a buffer
     var lineStart = -1L // offset of the current line's '\n'; -1 while in the header
-    def endLine(): Unit = {
-      val bytes = line.toByteArray
-      if (lineStart < 0) {
-        val header = new String(bytes, UTF_8)
-        if (header != LogFormat.Header) throw badHeader(if (pos == 0) null else header)
-      } else {
-        fn(new String(bytes, UTF_8), lineStart)
-        crc.update('\n')
-        crc.update(bytes, 0, bytes.length)
+    def append(from: Int, until: Int): Unit = {
+      val n = until - from
+      if (lineLen + n > line.length) {
+        line = java.util.Arrays.copyOf(line, math.max(line.length * 2, lineLen + n))
       }
-      line.reset()
+      System.arraycopy(buf, from, line, lineLen, n)
+      lineLen += n
+    }
+    var empty = false
+    def endLine(): Unit = {
+      if (lineStart < 0) {
+        val header = new String(line, 0, lineLen, UTF_8)
+        if (header != LogFormat.Header) throw badHeader(if (empty) null else header)
+      } else {
+        fn(new String(line, 0, lineLen, UTF_8), lineStart)
+        crc.update('\n')
+        crc.update(line, 0, lineLen)
+      }
+      lineLen = 0
     }
     var n = in.read(buf)
+    empty = n < 0
     while (n >= 0) {
       var i = 0
       while (i < n) {
-        val b = buf(i)
-        if (b == '\n') { endLine(); lineStart = pos }
-        else line.write(b)
-        pos += 1; i += 1
+        var j = i
+        while (j < n && buf(j) != '\n') j += 1
+        append(i, j)
+        if (j < n) { endLine(); lineStart = pos + j }
+        i = j + 1
       }
+      pos += n
       n = in.read(buf)
     }
     // A trailing '\n' (no line after it) belongs to the last run, as LogFiles.readLines ignores it.
-    if (lineStart < 0 || line.size > 0) endLine()
-    else if (lineStart >= 0) crc.update('\n')
+    if (lineStart < 0 || lineLen > 0) endLine()
+    else crc.update('\n')
     pos
   }
 

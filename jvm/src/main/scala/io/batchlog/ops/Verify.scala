@@ -97,7 +97,7 @@ object Verify {
   /** What to do about an index problem, and what it means until then. */
   val IndexAdvice: String =
     "`python -m batchlog repair <sink>` rewrites the damaged index from its compact file; until " +
-      "then readers rebuild it in memory (one scan of the compact file per read) and compaction " +
+      "then readers rebuild it in memory (a scan of the compact file) and compaction " +
       "never copies through it."
 
   /**
