@@ -204,12 +204,18 @@ def cmd_verify(spark: SparkSession, args: argparse.Namespace) -> int:
         ["size differs from the log", r["sizeMismatchCount"], "unhealthy"],
         ["name's batch differs from the log", r["wrongBatchCount"], "unhealthy"],
         ["log errors", len(r["logErrors"]), "unhealthy"],
+        ["damaged compact-file indexes", len(r["indexProblems"]), "unhealthy; see repair"],
+        ["indexes rebuilt in memory", r["indexesRebuiltInMemory"], "ok (missing or legacy v1)"],
         ["orphans (on disk, not logged)", r["orphanCount"], "ok; see vacuum"],
     ]
     print()
     print(table(["check", "files", "meaning"], rows))
     for msg in r["logErrors"]:
         print(f"\nlog error: {msg}")
+    for p in r["indexProblems"]:
+        print(f"\nindex not used: {p['file']}: {p['problem']}")
+    if r["indexProblems"]:
+        print(r["indexAdvice"])
     listed = [("missing", e["path"], e.get("batchId"), e["size"]) for e in r["missing"]]
     listed += [
         ("size", e["path"], e.get("batchId"), f"{e['size']} logged, {e['actualSize']} on disk")
@@ -230,7 +236,15 @@ def cmd_verify(spark: SparkSession, args: argparse.Namespace) -> int:
         )
         if len(listed) > _SHOWN:
             print(f"... and {len(listed) - _SHOWN} more")
-    if not r["healthy"]:
+    index_only = (
+        not r["logErrors"]
+        and not r["missingCount"]
+        and not r["sizeMismatchCount"]
+        and not r["wrongBatchCount"]
+    )
+    if not r["healthy"] and index_only:
+        print("\nOnly indexes are damaged. `python -m batchlog repair PATH` rewrites them.")
+    elif not r["healthy"]:
         print("\nThe log does not match the output. `python -m batchlog repair PATH` rebuilds it.")
     return 0 if r["healthy"] else 1
 
@@ -252,6 +266,12 @@ def cmd_repair(spark: SparkSession, args: argparse.Namespace) -> int:
     print(f"log             {state}")
     if not r["needed"] and not args.force:
         print("nothing to do: the log is healthy (--force rebuilds it anyway)")
+        return 0
+    if r["indexesOnly"] and not args.force:
+        head = "would rewrite" if args.dry_run else "rewrote"
+        print(f"{head} only the damaged compact-file indexes, from their compact files:")
+        for p in r["indexProblems"]:
+            print(f"  {p['file']}")
         return 0
     assumed = " -- ASSUMED" if r["compactIntervalAssumed"] else ""
     print(

@@ -114,7 +114,11 @@ def verify(spark: SparkSession, sink_path: str) -> dict[str, Any]:
     Every live logged file must exist with the logged size and its batch-tagged name must agree
     with its logged batch; every log file the log needs must be readable (``logErrors``). Data
     files the log does not list are reported as ``orphans`` (they do not make a sink unhealthy:
-    reads through the log never see them; ``vacuum`` removes old ones). ``healthy`` is the verdict.
+    reads through the log never see them; ``vacuum`` removes old ones). Every live compact file's
+    index (``N.compact.index``) must be proved and match the compact file's bytes; one that does not
+    is listed in ``indexProblems`` (``{"file", "problem"}``) and makes the sink unhealthy: readers
+    rebuild it in memory and compaction never uses it until ``repair`` rewrites it. Missing or
+    legacy (v1) indexes are only counted (``indexesRebuiltInMemory``). ``healthy`` is the verdict.
     """
     with jvm_errors():
         report = batchlog_package(spark).Operations.verify(jsession(spark), sink_path)
@@ -141,7 +145,9 @@ def repair(
     The new log is laid out for the query's compact interval: ``compact_interval`` if given,
     else the one the sink records (``compactIntervalSource`` says where it came from;
     ``compactIntervalAssumed`` is true when nothing recorded it and the session's setting was
-    used).
+    used). When the only problems are damaged compact-file indexes (``indexesOnly``), exactly
+    those are rewritten from their compact files instead (``indexesRewritten``; none with
+    ``dry_run``).
     """
     with jvm_errors():
         report = batchlog_package(spark).Operations.repair(

@@ -148,21 +148,58 @@ class BatchTaggedFileStreamSinkLog(
    * batch read from its tail); only untagged lines and, under an age retention, every line are
    * parsed. Retention drops lines of batches older than `retention.batches` and entries older than
    * the age; what it drops is logged and recorded in the index.
+   *
+   * The previous compact file's runs are copied as bytes only through a proved index (or one just
+   * built by scanning the file), each run's CRC32C checked as it is copied. A mismatch (the file
+   * changed under its index) fails the attempt inside `addNewBatchByStream`, which cancels the temp
+   * file so nothing is published; compaction then retries once from a fresh scan.
    */
   private def compact(batchId: Long, newEntries: Array[SinkLogEntry]): Boolean = {
     val startNs = System.nanoTime()
+    val added =
+      try compactOnce(batchId, newEntries, rescan = false)
+      catch {
+        case s: StaleRun =>
+          logWarning(s"${s.file} does not match its index (${s.getMessage}); compacting batch " +
+            s"$batchId again from a fresh scan of it")
+          try compactOnce(batchId, newEntries, rescan = true)
+          catch {
+            case s2: StaleRun =>
+              throw BatchLogException.corruptLine(
+                s2.file.toString,
+                -1,
+                s"it changed while compaction $batchId copied it: ${s2.getMessage}"
+              )
+          }
+      }
+    val ms = (System.nanoTime() - startNs) / 1000000
+    if (ms >= COMPACT_LATENCY_WARN_THRESHOLD_MS) {
+      logWarning(s"Compacting took $ms ms for compact batch $batchId")
+    }
+    added
+  }
+
+  /** A run of a compact file whose bytes do not match the index compaction copies it by. */
+  final private class StaleRun(val file: Path, detail: String) extends Exception(detail)
+
+  private def compactOnce(
+      batchId: Long,
+      newEntries: Array[SinkLogEntry],
+      rescan: Boolean
+  ): Boolean = {
     val now = System.currentTimeMillis()
     val minBatch = retention.batches.map(n => batchId + 1 - n).getOrElse(Long.MinValue)
-    val index = new CompactIndex.Builder
+    val crc = new java.util.zip.CRC32C
+    val index = new CompactIndex.Builder(crc)
     var endOffset = 0L
     val added = addNewBatchByStream(batchId) { out =>
-      val counted = new CompactIndex.CountingStream(out)
+      val counted = new CompactIndex.CountingStream(out, crc)
       val w = LogFiles.writer(counted)
       var run: Option[Option[Long]] = None // the batch of the current run of lines, if any
       def emit(line: String, batch: Option[Long]): Unit =
         if (batch.exists(_ < minBatch)) index.drop(batch)
         else {
-          // A run's offset is exact only with the writer flushed; within a run it is unused.
+          // A run's offset and CRC are exact only with the writer flushed at its start.
           if (!run.contains(batch)) { w.flush(); run = Some(batch) }
           index.line(batch, counted.count)
           LogFiles.writeLine(w, line)
@@ -172,7 +209,7 @@ class BatchTaggedFileStreamSinkLog(
         // Byte copy only keeps tags that are in the lines: a batch resolved from elsewhere
         // (a surviving batch file) must be written into the line while the proof still exists.
         val copyable = if (inCompact && !ageRetentionActive)
-          Some(indexOf(id)).filter(_.runs.forall(_.batchId.isDefined))
+          Some(indexOf(id, rebuild = rescan)).filter(_.runs.forall(_.batchId.isDefined))
             .filterNot(_ => hasUntaggedLines.contains(id))
         else None
         copyable match {
@@ -218,14 +255,13 @@ class BatchTaggedFileStreamSinkLog(
           s"${index.droppedMaxBatch}) from compact batch $batchId")
       }
     }
-    val ms = (System.nanoTime() - startNs) / 1000000
-    if (ms >= COMPACT_LATENCY_WARN_THRESHOLD_MS) {
-      logWarning(s"Compacting took $ms ms for compact batch $batchId")
-    }
     added
   }
 
-  /** Copies the runs of compact file `compactId` (as bytes) that retention keeps. */
+  /**
+   * Copies the runs of compact file `compactId` (as bytes) that retention keeps, checking each
+   * run's CRC32C as it goes (no line is parsed); a mismatch is a [[StaleRun]].
+   */
   private def copyRuns(
       compactId: Long,
       prev: CompactIndex,
@@ -233,26 +269,30 @@ class BatchTaggedFileStreamSinkLog(
       index: CompactIndex.Builder,
       minBatch: Long
   ): Unit = {
-    val in = LogFiles.open(fileManager, batchIdToPath(compactId), s"compaction needs it")
+    val file = batchIdToPath(compactId)
+    val in = LogFiles.open(fileManager, file, s"compaction needs it")
     val buf = new Array[Byte](1 << 20)
+    val crc = new java.util.zip.CRC32C
     try {
       prev.runs.foreach { run =>
         if (run.batchId.exists(_ < minBatch)) index.dropRun(run)
         else {
           if (in.getPos != run.offset) in.seek(run.offset)
           index.run(run, out.count)
+          crc.reset()
           var left = run.length
           while (left > 0) {
             val n = in.read(buf, 0, math.min(left, buf.length.toLong).toInt)
-            if (n < 0) {
-              throw BatchLogException.corruptLine(
-                batchIdToPath(compactId).toString,
-                -1,
-                "it is shorter than its index says"
-              )
-            }
+            if (n < 0) throw new StaleRun(file, s"it ends inside the run at byte ${run.offset}")
+            crc.update(buf, 0, n)
             out.write(buf, 0, n)
             left -= n
+          }
+          if (crc.getValue != run.crc) {
+            throw new StaleRun(
+              file,
+              s"the CRC32C of bytes ${run.offset}..${run.offset + run.length} differs"
+            )
           }
         }
       }
@@ -330,10 +370,10 @@ class BatchTaggedFileStreamSinkLog(
   private val rebuiltIndexes = new java.util.concurrent.ConcurrentHashMap[Long, CompactIndex]()
 
   /**
-   * The index of compact file `compactId`: the one on disk if it matches the file, else rebuilt by
-   * one scan of the file and kept in memory. Reading never writes: only compaction (and `adopt`,
-   * which rewrites compact files) write index files, so read-only commands, dry runs and refused
-   * operations leave the sink exactly as it was.
+   * The index of compact file `compactId`: the one on disk if it is proved
+   * ([[CompactIndex.prove]]), else rebuilt by one scan of the file and kept in memory. Reading
+   * never writes: only compaction, `adopt` (which rewrites compact files) and `repair` write index
+   * files, so read-only commands, dry runs and refused operations leave the sink exactly as it was.
    */
   def indexOf(compactId: Long, rebuild: Boolean = false): CompactIndex = {
     val file = batchIdToPath(compactId)
@@ -343,10 +383,15 @@ class BatchTaggedFileStreamSinkLog(
         s"the log needs it to read batch $compactId"
       )
     )
-    val onDisk = if (rebuild) None else CompactIndex.read(fileManager, CompactIndex.pathOf(file))
-    onDisk.filter(_.matches(status)).getOrElse {
+    val onDisk =
+      if (rebuild) None else CompactIndex.load(fileManager, CompactIndex.pathOf(file), status)
+    onDisk.flatMap(_.toOption).getOrElse {
       val cached = Option(rebuiltIndexes.get(compactId)).filter(i => !rebuild && i.matches(status))
       cached.getOrElse {
+        onDisk.flatMap(_.left.toOption).filter(_ != CompactIndex.LegacyReason).foreach { why =>
+          logWarning(s"Not using ${CompactIndex.pathOf(file)}: $why. Rebuilding it in memory " +
+            "from its compact file (`python -m batchlog repair` rewrites it)")
+        }
         val index = scanIndex(compactId, status)
         rebuiltIndexes.put(compactId, index)
         index
@@ -354,30 +399,59 @@ class BatchTaggedFileStreamSinkLog(
     }
   }
 
-  /** Builds the index of compact file `compactId` by reading it once. */
+  /**
+   * Builds the index of compact file `compactId` (of `status`) by reading it once, every run's
+   * CRC32C computed from the raw bytes: proved by construction.
+   */
   def scanIndex(compactId: Long, status: FileStatus): CompactIndex = {
     val file = batchIdToPath(compactId)
-    val b = new CompactIndex.Builder
-    var offset = LogFormat.Header.length.toLong
+    val crc = new java.util.zip.CRC32C
+    val b = new CompactIndex.Builder(crc)
+    val in = LogFiles.open(fileManager, file, s"the log needs it to read batch $compactId")
     var untagged = false
-    foreachLineIn(compactId) { (line, lineNo) =>
-      untagged ||= !LogFormat.isTagged(line)
-      b.line(batchOfLine(line, compactId, file.toString, lineNo), offset)
-      offset += 1 + line.getBytes(UTF_8).length
-    }
+    val end =
+      try {
+        CompactIndex.scanLines(in, crc, h => BatchLogException.badHeader(file.toString, h)) {
+          var lineNo = 1L
+          (line, offset) =>
+            lineNo += 1
+            untagged ||= !LogFormat.isTagged(line)
+            b.line(batchOfLine(line, compactId, file.toString, lineNo), offset)
+        }
+      } finally in.close()
     if (untagged) hasUntaggedLines.add(compactId) else hasUntaggedLines.remove(compactId)
-    b.result(offset, status)
+    b.result(end, status)
   }
 
   /** Compact files found by a scan to hold lines without `batchId` (written by plain Spark). */
   private val hasUntaggedLines = java.util.concurrent.ConcurrentHashMap.newKeySet[Long]()
 
-  /** Writes the index of compact file `compactId` (after `adopt` rewrote the file). */
+  /** Writes the index of compact file `compactId` from a scan (after `adopt` rewrote the file). */
   def writeIndex(compactId: Long): Unit = {
     val file = batchIdToPath(compactId)
     statusOf(file).foreach(st =>
       CompactIndex.write(fileManager, CompactIndex.pathOf(file), scanIndex(compactId, st))
     )
+  }
+
+  /**
+   * The on-disk index of compact file `compactId` checked in full: None if it is proved and every
+   * run's CRC32C matches the compact file (one streaming read); else Some(the reason it is not
+   * used: [[CompactIndex.AbsentReason]] if there is none, [[CompactIndex.LegacyReason]] for a
+   * legacy one, which readers rebuild in memory as a matter of course, or the damage).
+   */
+  def indexProblem(compactId: Long): Option[String] = {
+    val file = batchIdToPath(compactId)
+    statusOf(file).flatMap { status =>
+      CompactIndex.load(fileManager, CompactIndex.pathOf(file), status) match {
+        case None => Some(CompactIndex.AbsentReason)
+        case Some(Left(why)) => Some(why)
+        case Some(Right(index)) =>
+          val in = LogFiles.open(fileManager, file, s"the log needs it to read batch $compactId")
+          try CompactIndex.checkRuns(index, in)
+          finally in.close()
+      }
+    }
   }
 
   private def batchOfLine(
@@ -425,7 +499,11 @@ class BatchTaggedFileStreamSinkLog(
   def firstLiveEntry(): Option[SinkLogEntry] =
     liveLogBatchIds().iterator.flatMap { id =>
       if (isCompactionBatch(id, compactInterval)) {
-        indexOf(id).runs.headOption.flatMap(readRun(id, _)).flatMap(_.headOption)
+        def first(index: CompactIndex) = index.runs.headOption.map(r => readRun(id, r))
+        (first(indexOf(id)) match {
+          case Some(None) => first(indexOf(id, rebuild = true)).flatten
+          case other => other.flatten
+        }).flatMap(_.headOption)
       } else {
         val buf = mutable.ArrayBuffer.empty[SinkLogEntry]
         foreachEntryIn(id)(buf += _)
@@ -433,16 +511,20 @@ class BatchTaggedFileStreamSinkLog(
       }
     }.nextOption()
 
-  /** The entries of one run, or None if they do not match it (stale index). */
+  /**
+   * The entries of one run, or None if they do not match it (stale index): each line of the run's
+   * batch, `count` lines, and the CRC32C of the run's bytes.
+   */
   private def readRun(compactId: Long, run: IndexRun): Option[Seq[SinkLogEntry]] = {
     val file = batchIdToPath(compactId)
     val in = LogFiles.open(fileManager, file, s"the log needs it to read batch $compactId")
     try {
       in.seek(run.offset)
-      val r = new BufferedReader(
-        new InputStreamReader(new CompactIndex.BoundedStream(in, run.length), UTF_8),
-        1 << 16
+      val checked = new java.util.zip.CheckedInputStream(
+        new CompactIndex.BoundedStream(in, run.length),
+        new java.util.zip.CRC32C
       )
+      val r = new BufferedReader(new InputStreamReader(checked, UTF_8), 1 << 16)
       if (r.read() != '\n') return None
       val out = Seq.newBuilder[SinkLogEntry]
       var n = 0L
@@ -455,7 +537,8 @@ class BatchTaggedFileStreamSinkLog(
         n += 1
         line = r.readLine()
       }
-      if (n == run.count) Some(out.result()) else None
+      val bytesMatch = checked.getChecksum.getValue == run.crc
+      if (n == run.count && bytesMatch) Some(out.result()) else None
     } catch {
       case _: java.io.EOFException => None
     } finally in.close()

@@ -1,9 +1,10 @@
 package io.batchlog.log
 
-import java.io.{BufferedReader, InputStreamReader, OutputStream}
+import java.io.{InputStream, OutputStream}
 import java.nio.charset.StandardCharsets.UTF_8
+import java.util.zip.{Checksum, CRC32C}
 
-import scala.util.Try
+import scala.util.control.NonFatal
 
 import org.apache.hadoop.fs.{FileStatus, Path}
 
@@ -11,9 +12,9 @@ import org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileMana
 
 /**
  * A run of consecutive lines of one batch (`None`: untagged) in a compact file: the bytes `[offset,
- * offset + length)`, each line preceded by its `\n`.
+ * offset + length)`, each line preceded by its `\n`, whose CRC32C is `crc`.
  */
-final case class IndexRun(batchId: Option[Long], offset: Long, length: Long, count: Long)
+final case class IndexRun(batchId: Option[Long], offset: Long, length: Long, count: Long, crc: Long)
 
 /**
  * The per-batch index beside a compact file, `N.compact.index`: where each batch's lines are, so
@@ -21,17 +22,34 @@ final case class IndexRun(batchId: Option[Long], offset: Long, length: Long, cou
  * writes entries in batch order, so a compact file has about one run per batch.
  *
  * {{{
- *   batchlog-index v1
- *   compact <length> <modificationTime> dropped <entries> <maxBatch>
- *   <batchId|-> <offset> <length> <count>        (one line per run)
+ *   batchlog-index v2
+ *   compact <compactFileName> <length> <modificationTime> dropped <entries> <maxBatch>
+ *   <batchId|-> <offset> <length> <count> <crc32c>     (one line per run, crc32c in hex)
+ *   checksum <crc32c, hex, of every byte of the index before this line>
  * }}}
  *
- * The name is not a number, so Spark's log ignores it. It is never trusted blindly: it is used only
- * if it names the compact file's current length and modification time, and each run read must hold
- * `count` lines of its batch; otherwise it is rebuilt by one scan of the compact file. `dropped`
- * records what retention removed at this compaction (-1: nothing).
+ * Why so much: an index is a shortcut past the compact file, and a wrong shortcut is worse than
+ * none. An index truncated at a line boundary still parses; trusted, it hides the later batches
+ * from readers and makes the next compaction copy only the runs it lists, silently losing entries.
+ * So an index is used only once [[CompactIndex.prove proved]]:
+ *
+ *   - the last line is the checksum of all the bytes before it (catches truncation, random bytes,
+ *     bit rot and partial writes);
+ *   - it names its compact file, with that file's length and modification time (catches an index
+ *     renamed from another compact file or left from an earlier version of it);
+ *   - its runs, sorted by offset, tile the compact file exactly, from the end of the `v1` header to
+ *     the end of the file, each of at least one line (so no entry can be outside every run);
+ *   - each run's CRC32C is checked whenever its bytes are read or copied (catches a compact file
+ *     rewritten with the same length and modification time).
+ *
+ * An unproved index (or a legacy `v1` one, without checksums) is never used: readers rebuild the
+ * index in memory by one scan of the compact file (reads never write), compaction copies only from
+ * a proved or freshly scanned index, `verify` reports a damaged one and `repair` rewrites it. The
+ * name is not a number, so Spark's log ignores the file. `dropped` records what retention removed
+ * at this compaction (-1: nothing).
  */
 final case class CompactIndex(
+    compactName: String,
     compactLength: Long,
     compactModTime: Long,
     runs: Vector[IndexRun],
@@ -40,54 +58,250 @@ final case class CompactIndex(
 ) {
 
   def matches(status: FileStatus): Boolean =
-    status.getLen == compactLength && status.getModificationTime == compactModTime
+    status.getPath.getName == compactName && status.getLen == compactLength &&
+      status.getModificationTime == compactModTime
 
   def entries: Long = runs.map(_.count).sum
+
+  /** The index file's bytes, checksum line included. */
+  def toBytes: Array[Byte] = {
+    val sb = new StringBuilder(CompactIndex.Header).append('\n')
+    sb.append(s"compact $compactName $compactLength $compactModTime dropped ")
+      .append(s"$droppedEntries $droppedMaxBatch\n")
+    runs.foreach { r =>
+      sb.append(r.batchId.map(_.toString).getOrElse("-")).append(' ').append(r.offset).append(' ')
+        .append(r.length).append(' ').append(r.count).append(' ')
+        .append(java.lang.Long.toHexString(r.crc)).append('\n')
+    }
+    val body = sb.toString.getBytes(UTF_8)
+    val line = s"checksum ${java.lang.Long.toHexString(CompactIndex.crcOf(body, body.length))}\n"
+    body ++ line.getBytes(UTF_8)
+  }
 }
 
 object CompactIndex {
   val Suffix = ".index"
-  val Header = "batchlog-index v1"
+  val Header = "batchlog-index v2"
+  val LegacyHeader = "batchlog-index v1"
+
+  /** The reason an index of an older sink is not used; not a damage (`verify` counts it). */
+  val LegacyReason = "it is a legacy v1 index (without checksums)"
+
+  /** The reason a compact file without an index has none in use; not a damage either. */
+  val AbsentReason = "there is no index"
+
+  /** Where the first run of a compact file starts: after its `v1` header. */
+  val FirstOffset: Long = LogFormat.Header.length.toLong
 
   def pathOf(compactFile: Path): Path =
     new Path(compactFile.getParent, compactFile.getName + Suffix)
 
   def isIndexFile(name: String): Boolean = name.endsWith(".compact" + Suffix)
 
+  def crcOf(bytes: Array[Byte], len: Int): Long = {
+    val c = new CRC32C
+    c.update(bytes, 0, len)
+    c.getValue
+  }
+
   def write(fm: CheckpointFileManager, file: Path, index: CompactIndex): Unit = {
     val out = fm.createAtomic(file, overwriteIfPossible = true)
     try {
-      val sb = new StringBuilder(Header).append('\n')
-      sb.append(s"compact ${index.compactLength} ${index.compactModTime} dropped ")
-        .append(s"${index.droppedEntries} ${index.droppedMaxBatch}\n")
-      index.runs.foreach { r =>
-        sb.append(r.batchId.map(_.toString).getOrElse("-")).append(' ').append(r.offset).append(' ')
-          .append(r.length).append(' ').append(r.count).append('\n')
-      }
-      out.write(sb.toString.getBytes(UTF_8))
+      out.write(index.toBytes)
       out.close()
     } catch { case e: Throwable => out.cancel(); throw e }
   }
 
-  /** The index at `file`, or None if it is missing or unreadable. */
-  def read(fm: CheckpointFileManager, file: Path): Option[CompactIndex] =
+  /** The bytes of the index at `file`: None if it is missing, Left(reason) if unreadable. */
+  def readBytes(fm: CheckpointFileManager, file: Path): Option[Either[String, Array[Byte]]] =
     if (!fm.exists(file)) None
-    else Try {
+    else Some(try {
       val in = fm.open(file)
-      try {
-        val r = new BufferedReader(new InputStreamReader(in, UTF_8))
-        require(r.readLine() == Header)
-        val Array("compact", len, mod, "dropped", dropped, maxDropped) = r.readLine().split(' ')
-        val runs = Iterator.continually(r.readLine()).takeWhile(_ != null).map { l =>
-          val Array(b, off, length, n) = l.split(' ')
-          IndexRun(if (b == "-") None else Some(b.toLong), off.toLong, length.toLong, n.toLong)
-        }.toVector
-        CompactIndex(len.toLong, mod.toLong, runs, dropped.toLong, maxDropped.toLong)
-      } finally in.close()
-    }.toOption
+      try Right(in.readAllBytes())
+      finally in.close()
+    } catch {
+      case _: java.io.FileNotFoundException => return None
+      case NonFatal(e) => Left(s"it cannot be read (${e.getClass.getSimpleName}: ${e.getMessage})")
+    })
 
-  /** Collects runs while a compact file is written line by line. */
-  final class Builder {
+  /**
+   * The index at `file` beside the compact file of `status`: None if there is none, else the proved
+   * index or the reason it is not proved (see [[prove]]).
+   */
+  def load(
+      fm: CheckpointFileManager,
+      file: Path,
+      status: FileStatus
+  ): Option[Either[String, CompactIndex]] =
+    readBytes(fm, file).map(_.flatMap(prove(_, status.getPath.getName, status)))
+
+  /**
+   * Proves an index (its bytes) for compact file `compactName` of `status`: Right(index) if its
+   * checksum matches, it names that compact file with its current length and modification time, and
+   * its runs (each of at least one line) tile `[2, length)` with no gap or overlap; else Left(the
+   * reason, a short text). The runs' own CRCs can only be checked against the compact file's bytes:
+   * readers and compaction check each run they use, [[checkRuns]] checks them all.
+   */
+  def prove(
+      bytes: Array[Byte],
+      compactName: String,
+      status: FileStatus
+  ): Either[String, CompactIndex] =
+    try proveUnsafe(bytes, compactName, status)
+    catch { case NonFatal(e) => Left(s"it cannot be parsed (${e.getMessage})") }
+
+  private val Hex = "[0-9a-f]{1,8}"
+  private val ChecksumLine = s"checksum ($Hex)".r
+  private val CompactLine = "compact (\\S+) (\\d+) (-?\\d+) dropped (\\d+) (-?\\d+)".r
+  private val RunLine = s"(-|\\d+) (\\d+) (\\d+) (\\d+) ($Hex)".r
+
+  private def proveUnsafe(
+      bytes: Array[Byte],
+      compactName: String,
+      status: FileStatus
+  ): Either[String, CompactIndex] = {
+    if (bytes.isEmpty) return Left("it is empty")
+    val firstNl = bytes.indexOf('\n'.toByte)
+    val first = new String(bytes, 0, if (firstNl < 0) bytes.length else firstNl, UTF_8)
+    if (first == LegacyHeader) return Left(LegacyReason)
+    if (first != Header) return Left(s"its first line is not '$Header'")
+    // The last line, `checksum <hex>\n`, covers every byte before it.
+    if (bytes.last != '\n') return Left("it does not end with a checksum line: it is truncated")
+    val lastStart = bytes.lastIndexOf('\n'.toByte, bytes.length - 2) + 1
+    val last = new String(bytes, lastStart, bytes.length - 1 - lastStart, UTF_8)
+    val sum = last match {
+      case ChecksumLine(hex) => java.lang.Long.parseLong(hex, 16)
+      case _ => return Left("it does not end with a checksum line: it is truncated")
+    }
+    if (crcOf(bytes, lastStart) != sum) return Left("its checksum does not match")
+    // Checksummed: what follows only fails for an index written wrong, or for another file.
+    val lines = new String(bytes, 0, lastStart, UTF_8).split('\n')
+    if (lines.length < 2) return Left("it has no compact line")
+    val (name, len, mod, dropped, maxDropped) = lines(1) match {
+      case CompactLine(n, l, m, d, x) => (n, l.toLong, m.toLong, d.toLong, x.toLong)
+      case _ => return Left("its line 2 is not a compact line")
+    }
+    if (name != compactName) return Left(s"it describes $name, not $compactName")
+    if (len != status.getLen) {
+      return Left(s"the compact file is ${status.getLen} bytes, the index says $len")
+    }
+    if (mod != status.getModificationTime) {
+      return Left(s"the compact file's modification time is ${status.getModificationTime}, " +
+        s"the index says $mod")
+    }
+    val runs = lines.iterator.drop(2).zipWithIndex.map {
+      case (RunLine(b, off, length, n, crc), _) =>
+        IndexRun(
+          if (b == "-") None else Some(b.toLong),
+          off.toLong,
+          length.toLong,
+          n.toLong,
+          java.lang.Long.parseLong(crc, 16)
+        )
+      case (_, i) => return Left(s"its line ${i + 3} is not a run")
+    }.toVector
+    runs.find(r => r.count <= 0 || r.length <= 0).foreach { r =>
+      return Left(s"its run at byte ${r.offset} is empty")
+    }
+    var end = FirstOffset
+    runs.sortBy(_.offset).foreach { r =>
+      if (r.offset > end) return Left(s"its runs leave bytes $end..${r.offset} uncovered")
+      if (r.offset < end) return Left(s"its runs overlap at bytes ${r.offset}..$end")
+      end = r.offset + r.length
+    }
+    if (end < len) return Left(s"its runs leave bytes $end..$len uncovered")
+    if (end > len) return Left(s"its runs end at byte $end, past the end of the compact file")
+    Right(CompactIndex(name, len, mod, runs, dropped, maxDropped))
+  }
+
+  /**
+   * Checks every run's CRC32C against the compact file's bytes `in` (the whole file, read once):
+   * None if all match, else the reason. `index` must be proved (its runs tile the file).
+   */
+  def checkRuns(index: CompactIndex, in: InputStream): Option[String] = {
+    val buf = new Array[Byte](1 << 16)
+    var pos = 0L
+    def skipTo(target: Long): Unit = while (pos < target) {
+      val n = in.read(buf, 0, math.min(buf.length.toLong, target - pos).toInt)
+      if (n < 0) return
+      pos += n
+    }
+    index.runs.sortBy(_.offset).foreach { r =>
+      skipTo(r.offset)
+      val c = new CRC32C
+      while (pos < r.offset + r.length) {
+        val n = in.read(buf, 0, math.min(buf.length.toLong, r.offset + r.length - pos).toInt)
+        if (n < 0) return Some(s"the compact file ends at byte $pos, inside a run")
+        c.update(buf, 0, n)
+        pos += n
+      }
+      if (c.getValue != r.crc) {
+        return Some(s"its run of batch ${r.batchId.map(_.toString).getOrElse("-")} " +
+          s"(bytes ${r.offset}..${r.offset + r.length}) does not match the compact file's bytes")
+      }
+    }
+    None
+  }
+
+  /**
+   * Calls `fn(line, offset)` for each entry line of a compact file's bytes `in`, after checking its
+   * `v1` header (`badHeader(header)` makes the error), with `crc` updated with every byte from the
+   * line's `\n` on only after `fn` returned; returns the file's length. Works on the raw bytes, so
+   * offsets and CRCs are exact whatever the lines hold.
+   */
+  def scanLines(in: InputStream, crc: Checksum, badHeader: String => Throwable)(
+      fn: (String, Long) => Unit
+  ): Long = {
+    val buf = new Array[Byte](1 << 16)
+    var line = new Array[Byte](1024) // the current line's bytes, without its '\n'
+    var lineLen = 0
+    var pos = 0L // offset of buf(0) while scanning a buffer
+    var lineStart = -1L // offset of the current line's '\n'; -1 while in the header
+    def append(from: Int, until: Int): Unit = {
+      val n = until - from
+      if (lineLen + n > line.length) {
+        line = java.util.Arrays.copyOf(line, math.max(line.length * 2, lineLen + n))
+      }
+      System.arraycopy(buf, from, line, lineLen, n)
+      lineLen += n
+    }
+    var empty = false
+    def endLine(): Unit = {
+      if (lineStart < 0) {
+        val header = new String(line, 0, lineLen, UTF_8)
+        if (header != LogFormat.Header) throw badHeader(if (empty) null else header)
+      } else {
+        fn(new String(line, 0, lineLen, UTF_8), lineStart)
+        crc.update('\n')
+        crc.update(line, 0, lineLen)
+      }
+      lineLen = 0
+    }
+    var n = in.read(buf)
+    empty = n < 0
+    while (n >= 0) {
+      var i = 0
+      while (i < n) {
+        var j = i
+        while (j < n && buf(j) != '\n') j += 1
+        append(i, j)
+        if (j < n) { endLine(); lineStart = pos + j }
+        i = j + 1
+      }
+      pos += n
+      n = in.read(buf)
+    }
+    // A trailing '\n' (no line after it) belongs to the last run, as LogFiles.readLines ignores it.
+    if (lineStart < 0 || lineLen > 0) endLine()
+    else crc.update('\n')
+    pos
+  }
+
+  /**
+   * Collects runs while a compact file is written (or scanned) line by line. `crc` must see every
+   * byte written from the start of each run to its end; the builder resets it at each run start.
+   */
+  final class Builder(crc: Checksum = new CRC32C) {
     private val runs = Vector.newBuilder[IndexRun]
     private var cur: Option[Long] = None
     private var start = 0L
@@ -95,18 +309,20 @@ object CompactIndex {
     var dropped = 0L
     var droppedMaxBatch = -1L
 
-    /** A line of `batch` starts at byte `offset` (at its `\n`). */
+    private def close(end: Long): Unit = if (count > 0) {
+      runs += IndexRun(cur, start, end - start, count, crc.getValue); count = 0
+    }
+
+    /** A line of `batch` starts at byte `offset` (at its `\n`), every byte before it counted. */
     def line(batch: Option[Long], offset: Long): Unit = {
-      if (count > 0 && batch != cur) {
-        runs += IndexRun(cur, start, offset - start, count); count = 0
-      }
-      if (count == 0) { cur = batch; start = offset }
+      if (count > 0 && batch != cur) close(offset)
+      if (count == 0) { cur = batch; start = offset; crc.reset() }
       count += 1
     }
 
-    /** A whole run copied from another compact file, now starting at byte `offset`. */
+    /** A whole run (its CRC checked by the caller) copied from another compact file to `offset`. */
     def run(r: IndexRun, offset: Long): Unit = {
-      if (count > 0) { runs += IndexRun(cur, start, offset - start, count); count = 0 }
+      close(offset)
       runs += r.copy(offset = offset)
     }
 
@@ -122,8 +338,9 @@ object CompactIndex {
     }
 
     def result(endOffset: Long, status: FileStatus): CompactIndex = {
-      if (count > 0) runs += IndexRun(cur, start, endOffset - start, count)
+      close(endOffset)
       CompactIndex(
+        status.getPath.getName,
         status.getLen,
         status.getModificationTime,
         runs.result(),
@@ -147,12 +364,15 @@ object CompactIndex {
       }
   }
 
-  /** Counts the bytes written through it (to know where each line starts). */
-  final class CountingStream(out: OutputStream) extends OutputStream {
+  /**
+   * Counts the bytes written through it (to know where each line starts) and updates `crc` with
+   * them (the CRC of each run, for its [[Builder]]).
+   */
+  final class CountingStream(out: OutputStream, crc: Checksum) extends OutputStream {
     var count = 0L
-    override def write(b: Int): Unit = { out.write(b); count += 1 }
+    override def write(b: Int): Unit = { out.write(b); crc.update(b); count += 1 }
     override def write(b: Array[Byte], off: Int, len: Int): Unit = {
-      out.write(b, off, len); count += len
+      out.write(b, off, len); crc.update(b, off, len); count += len
     }
     override def flush(): Unit = out.flush()
     override def close(): Unit = out.close()

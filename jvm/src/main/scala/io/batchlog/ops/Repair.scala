@@ -44,6 +44,10 @@ import io.batchlog.log.{
  * `_spark_metadata.broken-<ts>` (hidden from Spark, like every `_` name), never deleted. Stop the
  * query first.
  *
+ * A log whose only problems are damaged index files (`N.compact.index`, see [[Verify]]) is not
+ * rebuilt: exactly those indexes are rewritten from a scan of their compact files (atomically), and
+ * reported as `indexesRewritten`.
+ *
  * Caveat: a batch attempt that failed before committing leaves files with the same batch id as its
  * successful retry; without a surviving log they cannot be told apart. Such batches (two files of
  * one task split in one directory) are reported as `suspectBatches`.
@@ -64,7 +68,8 @@ object Repair {
       intent: Option[RewindIntent],
       files: Seq[(Long, FileStatus)],
       untagged: Seq[FileStatus],
-      suspectBatches: Seq[Long]
+      suspectBatches: Seq[Long],
+      indexProblems: Seq[IndexProblem] = Nil
   ) {
     val latestBatch: Long = if (files.isEmpty) -1L else files.map(_._1).max
 
@@ -82,7 +87,14 @@ object Repair {
 
     def needed: Boolean = !logExists || !logHealthy
 
-    def toJson(result: Option[(Boolean, Option[Path])]): String = compact(render(
+    /** The log is sound but for damaged indexes: rewriting them is the whole repair. */
+    def indexesOnly: Boolean =
+      logExists && indexProblems.nonEmpty && logProblems.length == indexProblems.length
+
+    def toJson(
+        result: Option[(Boolean, Option[Path])],
+        indexesRewritten: Seq[Path] = Nil
+    ): String = compact(render(
       ("sink" -> sink.toString) ~ ("metadataPath" -> metadataPath.toString) ~
         ("logExists" -> logExists) ~ ("logHealthy" -> logHealthy) ~
         ("logProblems" -> logProblems.toList) ~ ("needed" -> needed) ~
@@ -105,7 +117,12 @@ object Repair {
         ("untagged" -> untagged.take(Verify.ListLimit).map(_.getPath.toString).toList) ~
         ("suspectBatches" -> suspectBatches.toList) ~
         ("written" -> result.map(_._1)) ~
-        ("movedAside" -> result.flatMap(_._2).map(_.toString))
+        ("movedAside" -> result.flatMap(_._2).map(_.toString)) ~
+        ("indexProblems" -> indexProblems.toList.map { p =>
+          ("file" -> p.file.toString) ~ ("problem" -> p.problem)
+        }) ~
+        ("indexesOnly" -> indexesOnly) ~
+        ("indexesRewritten" -> indexesRewritten.map(_.toString).toList)
     ))
   }
 
@@ -170,6 +187,7 @@ object Repair {
 
     val problems = mutable.ArrayBuffer.empty[String]
     var intent: Option[RewindIntent] = None
+    var indexProblems: Seq[IndexProblem] = Nil
     if (logExists) {
       if (!fs.getFileStatus(meta).isDirectory) problems += s"$meta is not a directory"
       else {
@@ -186,6 +204,7 @@ object Repair {
         if (!record.exists(_._2 == meta) || compactInterval.isDefined) {
           problems ++= LogLayout.misfit(fmOf(meta), meta, interval.interval, interval.source)
         }
+        indexProblems = report.indexProblems
       }
     }
 
@@ -205,6 +224,7 @@ object Repair {
       problems += s"$meta holds no log files but the output holds ${sorted.length} data files"
     }
     val suspect = sorted.groupBy(_._1).filter(b => twoAttempts(b._2.map(_._2))).keys.toSeq.sorted
+    problems ++= indexProblems.map(p => s"${p.file} is not used: ${p.problem}")
     Plan(
       sink,
       meta,
@@ -216,7 +236,8 @@ object Repair {
       intent,
       sorted,
       untagged.toSeq,
-      suspect
+      suspect,
+      indexProblems
     )
   }
 
@@ -265,6 +286,7 @@ object Repair {
       }
       p
     }
+    if (p.indexesOnly && !force) return rewriteIndexes(spark, p, dryRun)
     if (dryRun || (!p.needed && !force)) return p.toJson(Some((false, None)))
     val progress = new Progress("repair: log files", quiet)
     val fs = p.sink.getFileSystem(hadoopConf)
@@ -330,5 +352,13 @@ object Repair {
   private def wrap(e: Throwable, outcome: String): Throwable = e match {
     case b: BatchLogException => b.withOutcome(outcome)
     case other => new java.io.IOException(s"${other.getMessage} $outcome", other)
+  }
+
+  /** Rewrites (unless `dryRun`) exactly the damaged indexes of `p`, each from its compact file. */
+  private def rewriteIndexes(spark: SparkSession, p: Plan, dryRun: Boolean): String = {
+    if (dryRun) return p.toJson(Some((false, None)))
+    val log = new BatchTaggedFileStreamSinkLog(spark, p.metadataPath.toString)
+    p.indexProblems.foreach(ip => log.writeIndex(ip.compactId))
+    p.toJson(Some((false, None)), p.indexProblems.map(_.file))
   }
 }

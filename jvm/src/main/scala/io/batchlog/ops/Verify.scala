@@ -12,7 +12,16 @@ import org.apache.spark.sql.SparkSession
 
 import io.batchlog.{BatchLogException, SinkLogApi}
 import io.batchlog.commit.DataFileNaming
-import io.batchlog.log.{BatchTaggedFileStreamSinkLog, LogLayout, SinkLogEntry, SinkRecord}
+import io.batchlog.log.{
+  BatchTaggedFileStreamSinkLog,
+  CompactIndex,
+  LogLayout,
+  SinkLogEntry,
+  SinkRecord
+}
+
+/** An index file beside a live compact file that is not used, and why. */
+final case class IndexProblem(file: Path, compactId: Long, problem: String)
 
 /** A data file in the output directory that the log does not list. */
 final case class OrphanFile(path: Path, size: Long, modificationTime: Long, batchId: Option[Long])
@@ -24,8 +33,14 @@ final case class OrphanFile(path: Path, size: Long, modificationTime: Long, batc
  * not list are reported as orphans: plain Spark reading through the log never sees them (a crashed
  * or failed batch leaves them), but globs and other engines do; `vacuum` deletes old ones.
  *
- * Healthy means: reading the sink through its log returns exactly the logged files. Orphans alone
- * do not make a sink unhealthy.
+ * Every index file beside a live compact file (`N.compact.index`) is proved and each of its runs
+ * checked against the compact file's bytes; one that fails is an `indexProblem`. Readers do not use
+ * it (they rebuild the index in memory) and compaction never copies through it, so no read is
+ * wrong, but every read of the sink pays a scan of the compact file until `repair` rewrites it. A
+ * missing or legacy (v1) index is not a problem: it is counted as rebuilt in memory.
+ *
+ * Healthy means: reading the sink through its log returns exactly the logged files, and every index
+ * present is proved. Orphans alone do not make a sink unhealthy.
  */
 object Verify {
 
@@ -44,10 +59,13 @@ object Verify {
       sizeMismatch: Seq[(SinkLogEntry, Long)],
       wrongBatch: Seq[(SinkLogEntry, Long)],
       orphans: Seq[OrphanFile],
-      logErrors: Seq[String]
+      logErrors: Seq[String],
+      indexProblems: Seq[IndexProblem] = Nil,
+      indexesRebuiltInMemory: Int = 0
   ) {
     def healthy: Boolean =
-      missing.isEmpty && sizeMismatch.isEmpty && wrongBatch.isEmpty && logErrors.isEmpty
+      missing.isEmpty && sizeMismatch.isEmpty && wrongBatch.isEmpty && logErrors.isEmpty &&
+        indexProblems.isEmpty
 
     def toJson: String = {
       def entry(e: SinkLogEntry): JObject =
@@ -58,6 +76,11 @@ object Verify {
           ("compactInterval" -> compactInterval) ~ ("liveFiles" -> liveFiles) ~
           ("liveBytes" -> liveBytes) ~ ("untaggedEntries" -> untaggedEntries) ~
           ("logErrors" -> logErrors.toList) ~
+          ("indexProblems" -> indexProblems.toList.map { p =>
+            ("file" -> p.file.toString) ~ ("problem" -> p.problem)
+          }) ~
+          ("indexAdvice" -> (if (indexProblems.isEmpty) None else Some(IndexAdvice))) ~
+          ("indexesRebuiltInMemory" -> indexesRebuiltInMemory) ~
           ("missingCount" -> missing.length) ~
           ("missing" -> missing.take(ListLimit).map(entry).toList) ~
           ("sizeMismatchCount" -> sizeMismatch.length) ~
@@ -75,6 +98,30 @@ object Verify {
           })
       ))
     }
+  }
+
+  /** What to do about an index problem, and what it means until then. */
+  val IndexAdvice: String =
+    "`python -m batchlog repair <sink>` rewrites the damaged index from its compact file; until " +
+      "then readers rebuild it in memory (a scan of the compact file) and compaction " +
+      "never copies through it."
+
+  /**
+   * Checks the index of every live compact file: (problems, number of live compact files without a
+   * usable index, whose index readers rebuild in memory: missing or legacy ones).
+   */
+  def indexes(log: BatchTaggedFileStreamSinkLog): (Seq[IndexProblem], Int) = {
+    val problems = mutable.ArrayBuffer.empty[IndexProblem]
+    var inMemory = 0
+    log.liveLogBatchIds().filter(log.isCompactFile).foreach { id =>
+      val indexFile = CompactIndex.pathOf(log.logFilePath(id))
+      log.indexProblem(id) match {
+        case None =>
+        case Some(CompactIndex.AbsentReason | CompactIndex.LegacyReason) => inMemory += 1
+        case Some(p) => problems += IndexProblem(indexFile, id, p)
+      }
+    }
+    (problems.toSeq, inMemory)
   }
 
   /** The key under which a logged path and a listed data file compare equal. */
@@ -141,6 +188,9 @@ object Verify {
     catch { case e: BatchLogException => logErrors += e.getMessage }
     // With an unreadable log, every data file would look orphaned: list none rather than mislead.
     val orphanFiles = if (logErrors.isEmpty) orphans(fs, sink, logged) else Nil
+    val (indexProblems, inMemory) =
+      try indexes(log)
+      catch { case e: BatchLogException => logErrors += e.getMessage; (Nil, 0) }
     Report(
       sink,
       meta,
@@ -153,7 +203,9 @@ object Verify {
       sizeMismatch.toSeq,
       wrongBatch.toSeq,
       orphanFiles,
-      logErrors.toSeq
+      logErrors.toSeq,
+      indexProblems,
+      inMemory
     )
   }
 }
