@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
-from support import PYTHON_DIR, REPO, batchlog, get_spark, session_conf
+from support import PYTHON_DIR, REPO, batchlog, get_spark, session_conf, wait_lease_released
 
 __all__ = ["PYTHON_DIR", "session_conf"]  # re-exported for the test modules
 
@@ -129,6 +129,7 @@ def run_stream(
     finally:
         if query.isActive:
             query.stop()
+        wait_lease_released(output_dir)
     assert query.exception() is None, query.exception()
     return [int(p["batchId"]) for p in query.recentProgress]
 

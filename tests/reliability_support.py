@@ -19,7 +19,7 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 from pyspark.sql import SparkSession
-from support import REPO, batchlog, get_spark, session_conf
+from support import REPO, batchlog, get_spark, session_conf, wait_lease_released
 
 __all__ = ["REPO", "batchlog"]  # test modules import these from here
 
@@ -47,8 +47,13 @@ def spark_submit() -> str:
 
 
 def write_input(inp: Path, first_file: int, n_files: int, rows_per_file: int) -> list[int]:
-    """JSON input files ``in-<k>.json`` with ids k*1000+i; returns the ids written."""
+    """JSON input files ``in-<k>.json`` with ids k*1000+i; returns the ids written.
+
+    File k's modification time is a fixed offset k from an hour ago, so the file source (which
+    takes files oldest first, one per trigger here) reads file k as the k-th batch of the call.
+    """
     inp.mkdir(parents=True, exist_ok=True)
+    base = int(time.time()) - 3600
     ids = []
     for k in range(first_file, first_file + n_files):
         lines = []
@@ -58,6 +63,7 @@ def write_input(inp: Path, first_file: int, n_files: int, rows_per_file: int) ->
             lines.append(json.dumps({"id": rid, "part": f"p{rid % 3}", "payload": "x" * 20}))
         tmp = inp / f".in-{k:04d}.json.tmp"
         tmp.write_text("\n".join(lines) + "\n")
+        os.utime(tmp, (base + k, base + k))
         tmp.rename(inp / f"in-{k:04d}.json")  # the file source must never see a partial file
     return ids
 
@@ -203,7 +209,10 @@ def run_stream(
             .trigger(availableNow=True)
             .start(str(out))
         )
-        q.awaitTermination()
+        try:
+            q.awaitTermination()
+        finally:
+            wait_lease_released(out)
 
 
 def read_ids(spark: SparkSession, out: Path) -> list[int]:

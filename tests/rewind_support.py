@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from support import PYTHON_DIR, REPO, batchlog, get_spark, session_conf
+from support import PYTHON_DIR, REPO, batchlog, get_spark, session_conf, wait_lease_released
 
 __all__ = ["batchlog", "get_spark"]  # test modules import these from here
 
@@ -96,7 +96,10 @@ def run_ids_query(spark: SparkSession, inbox: Path, out: Path, ck: Path, mult: i
         .trigger(availableNow=True)
         .start(str(out))
     )
-    q.awaitTermination()
+    try:
+        q.awaitTermination()
+    finally:
+        wait_lease_released(out)
 
 
 def run_window_query(spark: SparkSession, inbox: Path, out: Path, ck: Path) -> None:
@@ -116,7 +119,10 @@ def run_window_query(spark: SparkSession, inbox: Path, out: Path, ck: Path) -> N
         .trigger(availableNow=True)
         .start(str(out))
     )
-    q.awaitTermination()
+    try:
+        q.awaitTermination()
+    finally:
+        wait_lease_released(out)
 
 
 def rows_of(df: DataFrame, *cols: str) -> list[tuple[Any, ...]]:

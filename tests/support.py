@@ -9,6 +9,7 @@ editable install points at.
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -55,3 +56,21 @@ def session_conf(spark: SparkSession, conf: Mapping[str, str | None]) -> Iterato
                 spark.conf.unset(k)
             else:
                 spark.conf.set(k, old)
+
+
+#: The writer lease a running query holds in its sink's ``_spark_metadata``.
+LEASE_FILE = "batchlog-lease.json"
+
+
+def wait_lease_released(output_dir: Path | str, timeout_s: float = 30.0) -> None:
+    """Waits until the sink's writer lease is gone, as it goes just after a query's thread ends.
+
+    ``awaitTermination`` returns a moment before the query's thread has ended; tests that
+    snapshot the sink right after a query wait for this, so that the lease's removal does not
+    land inside the snapshot.
+    """
+    lease = Path(output_dir) / "_spark_metadata" / LEASE_FILE
+    end = time.monotonic() + timeout_s
+    while lease.exists():
+        assert time.monotonic() < end, f"{lease} outlived its query by {timeout_s} s"
+        time.sleep(0.02)

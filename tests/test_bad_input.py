@@ -140,11 +140,15 @@ def test_batch_file_missing_at_compaction_fails_the_query_then_repair(
     msg = str(e.value)
     assert "_spark_metadata/3 is missing: the log needs it to read batch 3" in msg, msg
     assert "python -m batchlog repair" in msg
+    # what the failure left is said, and true: the batch's files are gone, the log untouched
+    assert "Batch 5 was not committed; its data files are deleted." in msg, msg
+    assert "Nothing was changed" not in msg, msg
+    assert not [p for p in out.rglob("part-*-batch-5-*") if not p.name.endswith(".crc")]
     assert snapshot(out / "_spark_metadata") == meta_before, "the failed compaction left a trace"
 
     with sql_conf(spark, **SINK_CONFS):
         r = batchlog.repair(spark, str(out))
-    assert r["written"] is True and r["latestBatch"] == 5
+    assert r["written"] is True and r["latestBatch"] == 4
     assert list(out.glob("_spark_metadata.broken-*/2.compact")), "the damaged log was not kept"
     run_stream(spark, inp, out, chk)
     assert check_log(out, 3)["latest"] == 5

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -35,6 +36,11 @@ def cli(*args: str) -> subprocess.CompletedProcess:
         text=True,
         timeout=QUERY_TIMEOUT_S,
     )
+
+
+def query_id(checkpoint: Path) -> str:
+    qid: str = json.loads((checkpoint / "metadata").read_text())["id"]
+    return qid
 
 
 def human(n: int) -> str:
@@ -119,6 +125,7 @@ def test_inspect(sinks: dict[str, Path]) -> None:
         "compaction      every 3 batches; latest 2.compact; next at batch 5",
         f"log files       5 ({human(logs_size)})",
         "rewind horizon  batch 0 (sink lineage 0; pass --checkpoint for the checkpoint's)",
+        f"written by      query {query_id(out.parent / 'chk-tagged')} (from batch 0)",
         f"live files      9 ({human(total)}) in 5 batches",
         "",
         *expected_table(rows),
@@ -132,15 +139,24 @@ def test_inspect(sinks: dict[str, Path]) -> None:
     )
 
 
-def test_inspect_mixed_log_reports_untagged_files(sinks: dict[str, Path]) -> None:
+def test_inspect_mixed_log_proves_plain_spark_batches(sinks: dict[str, Path]) -> None:
     out = sinks["mixed"]
+    meta = out / "_spark_metadata"
     assert log_file_names(out) == ["0", "1", "2.compact", "3", "4", "5.compact"]
     rows = batch_table(out)
     assert [(b, n) for b, n, _ in rows] == [(0, 1), (1, 2), (2, 3)]
     untagged = [p for p in data_files(out) if "-batch-" not in p.name]
     assert len(untagged) == 1 + 2 + 3  # plain Spark's files of batches 3, 4, 5
-    untagged_size = sum(p.stat().st_size for p in untagged)
-    total = sum(size for _, _, size in rows) + untagged_size
+    # Plain Spark's compaction at 5 dropped their batch, but its batch files 3 and 4 survive and
+    # prove theirs; batch 5's own files are those of 5.compact that none of 2.compact, 3, 4 holds.
+    by_batch = {b: [e["path"] for e in read_log_file(meta / str(b))] for b in (3, 4)}
+    merged = {e["path"] for n in ("2.compact", "3", "4") for e in read_log_file(meta / n)}
+    by_batch[5] = [e["path"] for e in read_log_file(meta / "5.compact") if e["path"] not in merged]
+    for b, paths in by_batch.items():
+        assert len(paths) == files_of(b)
+        size = sum(Path(p[len("file:") :]).stat().st_size for p in paths)
+        rows.append((b, len(paths), size))
+    total = sum(size for _, _, size in rows)
     _, logs_size = log_bytes(out)
 
     proc = cli("inspect", str(out))
@@ -150,10 +166,9 @@ def test_inspect_mixed_log_reports_untagged_files(sinks: dict[str, Path]) -> Non
         "latest batch    5",
         "compaction      every 3 batches; latest 5.compact; next at batch 8",
         f"log files       6 ({human(logs_size)})",
-        # plain Spark's 5.compact holds untagged entries: their batch is only known to be <= 5
-        "rewind horizon  batch 6 (sink lineage 6; pass --checkpoint for the checkpoint's)",
-        f"live files      12 ({human(total)}) in 3 batches",
-        f"untagged        6 files ({human(untagged_size)}) have no provable batch",
+        "rewind horizon  batch 0 (sink lineage 0; pass --checkpoint for the checkpoint's)",
+        f"written by      query {query_id(out.parent / 'chk-mixed')} (from batch 0)",
+        f"live files      12 ({human(total)}) in 6 batches",
         "",
         *expected_table(rows),
     ]
@@ -183,7 +198,7 @@ def test_not_a_sink_exits_2(tmp_path: Path) -> None:
     assert proc.stderr.splitlines()[-1] == (
         f"batchlog: NotASinkError: {tmp_path} is not a file-sink output: it has no "
         "_spark_metadata directory. Pass the path given to writeStream...start(path) "
-        "(the directory that holds _spark_metadata)."
+        "(the directory that holds _spark_metadata). Nothing was changed."
     )
 
 
@@ -197,5 +212,5 @@ def test_bad_arguments_exit_2(sinks: dict[str, Path]) -> None:
     assert proc.returncode == 2
     assert proc.stdout == ""
     assert proc.stderr.splitlines()[-1] == (
-        "batchlog: InvalidArgumentError: Invalid batch = -1: must be >= 0"
+        "batchlog: InvalidArgumentError: Invalid batch = -1: must be >= 0. Nothing was changed."
     )

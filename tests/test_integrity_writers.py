@@ -114,9 +114,10 @@ class Writer:
         return self.log.read_text(errors="replace")
 
     def wait_latest(self, batch: int) -> None:
+        """Until batch ``batch`` is committed, in the sink and in the checkpoint."""
         ok = wait_for(
             lambda: self.proc.poll() is None
-            and (self.out / "_spark_metadata").is_dir()
+            and (self.chk / "commits" / str(batch)).exists()
             and latest(self.out) >= batch,
             WAIT_S,
         )

@@ -427,46 +427,38 @@ def test_plugin_sink_continued_without_plugin_and_back(spark: SparkSession, tmp_
         assert len(paths) == countries_of(b)
         assert all("-batch-" not in p for p in paths)
 
-    # What batchlog can prove: 0..3 by file name, 6 and 7 by their per-batch log files. Batches 4
-    # and 5 survive only in plain Spark's 5.compact, under untagged names: untagged, not guessed.
+    # What batchlog proves: 0..3 by file name; 4, 6 and 7 by their per-batch log files, which
+    # survive; 5 by difference: its own entries are those of 5.compact that none of the files its
+    # compaction merged (2.compact, 3, 4) holds. Nothing is left untagged, nothing guessed.
     log = batchlog.SinkLog(spark, str(out))
     assert log.latest_batch() == 7
-    assert log.batches() == [0, 1, 2, 3, 6, 7]
+    assert log.batches() == list(range(8))
     for b in (0, 1, 2, 3):
         assert set(log.files(b)) == tagged[b]
-    for b in (6, 7):
+    for b in (4, 5, 6, 7):
         assert set(log.files(b)) == vanilla[b]
-    for b in (4, 5):
-        assert log.files(b) == []
         for p in vanilla[b]:
-            assert log.batch_of(p) is None
+            assert log.batch_of(p) == b
     info = log.inspect()
-    untagged = vanilla[4] | vanilla[5]
-    assert info["untaggedFiles"] == len(untagged)
-    assert info["untaggedBytes"] == sum(Path(p[len("file://") :]).stat().st_size for p in untagged)
+    assert info["untaggedFiles"] == 0 and info["horizon"]["sinkHorizon"] == 0
     counts = {r["batchId"]: r["count"] for r in log.entries().groupBy("batchId").count().collect()}
-    assert counts == {
-        **{b: countries_of(b) for b in (0, 1, 2, 3, 6, 7)},
-        None: len(untagged),
-    }
+    assert counts == {b: countries_of(b) for b in range(8)}
 
-    # batch 8 by batchlog again: its compaction tags what it can prove and nothing else
+    # batch 8 by batchlog again: its compaction writes the proven batches into the lines, so
+    # they outlive the per-batch log files that proved them
     drop_inputs(inbox, inputs(range(8, 9)))
     with with_plugin(spark):
         assert run_stream(spark, inbox, out, chk) == [8]
     compact8 = _entries(out, "8.compact")
     assert len(compact8) == sum(countries_of(b) for b in range(9))
+    by_batch = {**tagged, **vanilla, **tagged_files_by_batch(out)}
     for e in compact8:
-        if str(e["path"]) in untagged:
-            assert list(e) == VANILLA_FIELDS, e
-        else:
-            assert list(e) == TAGGED_FIELDS, e
-            b = int(e["batchId"])  # type: ignore[arg-type]
-            assert str(e["path"]) in {**tagged, **vanilla, **tagged_files_by_batch(out)}[b]
+        assert list(e) == TAGGED_FIELDS, e
+        assert str(e["path"]) in by_batch[int(e["batchId"])]  # type: ignore[arg-type]
     log = batchlog.SinkLog(spark, str(out))
-    assert log.batches() == [0, 1, 2, 3, 6, 7, 8]
+    assert log.batches() == list(range(9))
     assert set(log.files(8)) == tagged_files_by_batch(out)[8]
-    assert log.inspect()["untaggedFiles"] == len(untagged)
+    assert log.inspect()["untaggedFiles"] == 0
 
     all_files = {uri(p) for p in data_files(out)}
     assert len(all_files) == sum(countries_of(b) for b in range(9))

@@ -116,9 +116,10 @@ def test_adopt_tags_a_plain_spark_sink_then_rewind_works(
     assert sorted(truth.values()) == sorted(list(range(PLAIN_BATCHES)) * 2)
     assert not any("-batch-" in p for p in truth)  # plain Spark's file names
 
+    # reads already prove every batch from the log files plain Spark kept (the per-batch files,
+    # and by difference the compaction batches), without writing anything
     log = batchlog.SinkLog(spark, str(out))
-    for path, b in truth.items():  # entries of 5.compact are untagged, batch files resolve
-        assert log.batch_of(path) == (b if b >= 6 else None)
+    assert {p: log.batch_of(p) for p in truth} == truth
 
     before = rs.snapshot(out, ck)
     dry = batchlog.adopt(spark, str(out), dry_run=True, quiet=True)
@@ -166,9 +167,10 @@ def test_adopt_leaves_unprovable_entries_untagged(spark: SparkSession, tmp_path:
 
     report = batchlog.adopt(spark, str(out), quiet=True)
     # in 2.compact the entries of batch 0 and of batch 2 can no longer be told apart (both are
-    # in no other file), and so neither can in 5.compact: 4 + 4 untagged; 2 + 8 tagged
+    # in no other file), and so neither can in 5.compact: 4 + 4 untagged; 2 + 8 tagged. Every
+    # file of batches 3 and later is known: the horizon is just above batch 2.
     assert (report["entriesTagged"], report["entriesUntagged"]) == (10, 8)
-    assert report["untaggedHorizon"] == 6
+    assert report["untaggedHorizon"] == 3
     unprovable = {0, 2}
     log = batchlog.SinkLog(spark, str(out))
     for path, b in truth.items():
@@ -179,15 +181,17 @@ def test_adopt_leaves_unprovable_entries_untagged(spark: SparkSession, tmp_path:
             assert e.get("batchId") == (None if b in unprovable else b)
 
     before = rs.snapshot(out, ck)
-    for to_batch in (0, 3, 5):
+    for to_batch in (0, 1, 2):
         with pytest.raises(batchlog.BeyondHorizonError) as e:
             batchlog.rewind(spark, str(out), str(ck), to_batch, quiet=True)
         msg = str(e.value)
-        assert "the oldest batch a rewind can reach is 6" in msg
+        assert "the oldest batch a rewind can reach is 3" in msg
         assert f"run `python -m batchlog adopt file:{out}`" in msg
     assert rs.snapshot(out, ck) == before
-    plan = batchlog.rewind(spark, str(out), str(ck), 6, dry_run=True, quiet=True)["plan"]
-    assert plan["sinkHorizon"] == 6
+    plan = batchlog.rewind(spark, str(out), str(ck), 3, dry_run=True, quiet=True)["plan"]
+    assert plan["sinkHorizon"] == 3
+    # a rewind to 3 finds every file of batches 3..7 (batch files 3, 4, 6, 7; 5 by difference)
+    assert plan["dataFiles"] == (PLAIN_BATCHES - 3) * 2
     assert rs.rows_of(spark.read.parquet(str(out)), "id", "p", "v") == rows_of_batches(
         range(PLAIN_BATCHES)
     )

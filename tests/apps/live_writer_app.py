@@ -14,6 +14,7 @@ import os
 import sys
 import time
 
+from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 from pyspark.sql.functions import col, udf
 
@@ -45,10 +46,11 @@ def main() -> None:
         .start(out)
     )
     print(f"STARTED {q.id}", flush=True)
-    while q.isActive and not os.path.exists(os.path.join(control, "stop")):
-        q.awaitTermination(0.1)
-    if q.exception() is not None:
-        print(f"QUERY-FAILED {q.exception()}", flush=True)
+    try:
+        while q.isActive and not os.path.exists(os.path.join(control, "stop")):
+            q.awaitTermination(0.1)
+    except StreamingQueryException as e:
+        print(f"QUERY-FAILED {e}", flush=True)
         sys.exit(3)
     q.stop()
     print("STOPPED", flush=True)

@@ -15,7 +15,10 @@ class BatchLogException(
     val problem: String,
     cause: Throwable = null,
     val outcome: Option[String] = None
-) extends RuntimeException(problem + outcome.map(" " + _).getOrElse(""), cause) {
+) extends RuntimeException(
+      problem + outcome.map(o => (if (problem.endsWith(".")) " " else ". ") + o).getOrElse(""),
+      cause
+    ) {
 
   /** The same error with what the failed call left behind, unless that is already said. */
   def withOutcome(what: String): BatchLogException =

@@ -49,8 +49,9 @@ object LogLayout {
   }
 
   /**
-   * Why the compact files in `dir` do not fit `interval` (from `source`), if they do not: a query
-   * with that interval would look for compact files that are not there and fail.
+   * Why the log in `dir` does not fit `interval` (from `source`), if it does not: compact files off
+   * that interval's compaction batches, or files a query with that interval needs to read its
+   * latest batch (and to compact the next time) that are not there. Either makes that query fail.
    */
   def misfit(
       fm: CheckpointFileManager,
@@ -58,13 +59,28 @@ object LogLayout {
       interval: Int,
       source: String
   ): Option[String] = {
-    val ids = compactIds(fm, dir)
-    val wrong = ids.filterNot(c => isCompactionBatch(c, interval))
-    if (wrong.isEmpty) None
-    else Some(
-      s"the log's compact files (${ids.reverse.map(id => s"$id$COMPACT_FILE_SUFFIX").mkString(", ")}) do " +
-        s"not fit compact interval $interval ($source): the query would look for compact files " +
-        "that are not there"
-    )
+    val names =
+      if (!fm.exists(dir)) Set.empty[String] else fm.list(dir).map(_.getPath.getName).toSet
+    def nameOf(id: Long) =
+      if (isCompactionBatch(id, interval)) s"$id$COMPACT_FILE_SUFFIX" else id.toString
+    val ids = listIds(fm, dir)
+    val offInterval = compactIds(fm, dir).filterNot(c => isCompactionBatch(c, interval)).reverse
+    val missing = ids.lastOption.toSeq
+      .flatMap(latest => getAllValidBatches(latest, interval)).map(nameOf).filterNot(names)
+    if (offInterval.isEmpty && missing.isEmpty) None
+    else {
+      val why = Seq(
+        if (missing.isEmpty) None else Some(s"it lacks ${missing.mkString(", ")}"),
+        if (offInterval.isEmpty) None
+        else Some(
+          s"its ${offInterval.map(c => s"$c$COMPACT_FILE_SUFFIX").mkString(", ")} fall off " +
+            "that interval's compaction batches"
+        )
+      ).flatten.mkString(" and ")
+      Some(
+        s"the log does not fit compact interval $interval ($source): $why, so the query " +
+          "would fail reading or compacting it"
+      )
+    }
   }
 }

@@ -38,7 +38,6 @@ object Adopt {
 
     val progress = new Progress("adopt: compact files", quiet)
     var newlyTagged, stillUntagged, rewritten = 0L
-    var horizon = 0L
     compacts.zipWithIndex.foreach { case (id, i) =>
       var changed, untaggedHere = 0L
       log.foreachLineIn(id) { (line, _) =>
@@ -48,7 +47,6 @@ object Adopt {
       }
       newlyTagged += changed
       stillUntagged += untaggedHere
-      if (untaggedHere > 0) horizon = math.max(horizon, id + 1)
       if (changed > 0 && !dryRun) {
         try {
           LogFiles.writeAtomic(fm, log.logFilePath(id), overwrite = true) { w =>
@@ -72,7 +70,7 @@ object Adopt {
       ("sink" -> meta.getParent.toString) ~ ("dryRun" -> dryRun) ~
         ("compactFiles" -> compacts.length) ~ ("compactFilesRewritten" -> rewritten) ~
         ("entriesTagged" -> newlyTagged) ~ ("entriesUntagged" -> stillUntagged) ~
-        ("untaggedHorizon" -> horizon)
+        ("untaggedHorizon" -> Horizon.ofSink(log))
     ))
   }
 }

@@ -53,6 +53,11 @@ final case class RewindPlan(
 
   def horizon: Long = math.max(sinkHorizon, checkpointHorizon)
 
+  /** True if carrying the plan out changes nothing (a rewind to the batch after the latest). */
+  def isNoop: Boolean =
+    dataFiles.isEmpty && sinkLog.isNoop && sourceLogs.isEmpty && stateFiles.isEmpty &&
+      !removeStateDir && commitsToDelete.isEmpty && offsetsToDelete.isEmpty
+
   def toJson: String = {
     def trunc(t: LogTruncation) =
       ("dir" -> t.dir.toString) ~ ("keepUpTo" -> t.keepUpTo) ~
@@ -357,7 +362,7 @@ object Rewind {
           if (!plan.resuming) RewindIntent.delete(sinkFm, plan.metadataPath)
           throw e.withOutcome(BatchLogException.NothingChanged)
       }
-      WriterFence.bumpEpoch(sinkFm, plan.metadataPath) {
+      if (!plan.isNoop) WriterFence.bumpEpoch(sinkFm, plan.metadataPath) {
         case Some(r) => r.rewoundTo(plan.toBatch, plan.queryId, System.currentTimeMillis())
         case None =>
           val log = new BatchTaggedFileStreamSinkLog(spark, plan.metadataPath.toString)

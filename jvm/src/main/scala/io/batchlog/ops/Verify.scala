@@ -180,12 +180,15 @@ object Verify {
       case e: BatchLogException => logErrors += e.getMessage
     }
     // The layout must fit the interval of the query that writes the sink (its record), or that
-    // query fails at its next compaction for want of a compact file.
+    // query fails at its next compaction for want of a compact file. (A log that could not be
+    // read has said why already.)
     val fm = log.checkpointFileManager
-    try SinkRecord.read(fm, meta).foreach { r =>
-        logErrors ++= LogLayout.misfit(fm, meta, r.compactInterval, s"the sink record's")
-      }
-    catch { case e: BatchLogException => logErrors += e.getMessage }
+    if (logErrors.isEmpty) {
+      try SinkRecord.read(fm, meta).foreach { r =>
+          logErrors ++= LogLayout.misfit(fm, meta, r.compactInterval, "the sink record's")
+        }
+      catch { case e: BatchLogException => logErrors += e.getMessage }
+    }
     // With an unreadable log, every data file would look orphaned: list none rather than mislead.
     val orphanFiles = if (logErrors.isEmpty) orphans(fs, sink, logged) else Nil
     val (indexProblems, inMemory) =
