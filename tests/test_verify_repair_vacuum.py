@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -97,8 +98,10 @@ def test_repair_rebuilds_a_deleted_log_and_the_query_continues(spark: SparkSessi
         dry = batchlog.repair(spark, str(out), dry_run=True)
     assert snapshot(out) == snap, "a dry run changed something"
     assert (dry["logExists"], dry["needed"], dry["written"]) == (True, True, False)
-    assert dry["latestBatch"] == 5  # batch 5's files were written before its commit failed
-    assert [f["name"] for f in dry["logFiles"]] == ["5.compact"]
+    # batch 5's files were written before its commit failed, and deleted when it failed
+    assert not list(out.rglob("part-*-batch-5-*"))
+    assert dry["latestBatch"] == 4
+    assert [f["name"] for f in dry["logFiles"]] == ["2.compact", "3", "4"]
     assert dry["untaggedCount"] == 0 and dry["suspectBatches"] == []
 
     with sql_conf(spark, **SINK_CONFS):
@@ -106,12 +109,12 @@ def test_repair_rebuilds_a_deleted_log_and_the_query_continues(spark: SparkSessi
     assert r["written"] is True
     assert r["movedAside"] and "_spark_metadata.broken-" in r["movedAside"]
     state = check_log(out, 3)
-    assert state["latest"] == 5
+    assert state["latest"] == 4
     rebuilt = {e["path"]: e["batchId"] for e in state["live"]}
-    assert {p: b for p, b in rebuilt.items() if b < 5} == before
+    assert rebuilt == before
     assert batchlog.verify(spark, str(out))["healthy"] is True
 
-    # The checkpoint continues: batch 5 (planned, never committed) is skipped as logged, 6 runs.
+    # The checkpoint continues: batch 5 (planned, never committed) runs again, then 6.
     ids += write_input(inp, 6, 1, 4)
     run_stream(spark, inp, out, chk)
     assert check_log(out, 3)["latest"] == 6
@@ -154,8 +157,23 @@ def test_vacuum_deletes_only_old_orphans_of_finished_batches(spark: SparkSession
     src = local_path(next(e for e in live if e["batchId"] == 1)["path"])
     old = _copy_as_orphan(src, 1, 2 * 3600)
     recent = _copy_as_orphan(src, 1, 0)
-    running = _copy_as_orphan(src, 4, 2 * 3600)  # batch 4 = latest + 1: may be running
+    running = _copy_as_orphan(src, 4, 2 * 3600)  # batch 4 = latest + 1: may be running ...
     size = src.stat().st_size
+    lease = out / "_spark_metadata" / "batchlog-lease.json"  # ... as a writer is live
+    now_ms = int(time.time() * 1000)
+    lease.write_text(
+        json.dumps(
+            {
+                "queryId": "q",
+                "runId": "r",
+                "host": "elsewhere",
+                "pid": 1,
+                "batchId": 4,
+                "refreshedAtMs": now_ms,
+                "timeoutMs": 3_600_000,
+            }
+        )
+    )
 
     dry = batchlog.vacuum(spark, str(out), older_than="1h")
     assert dry["dryRun"] is True and dry["deletedFiles"] == 0
@@ -175,6 +193,13 @@ def test_vacuum_deletes_only_old_orphans_of_finished_batches(spark: SparkSession
     assert not old.exists() and recent.exists() and running.exists()
     assert all(local_path(e["path"]).exists() for e in live)
     assert batchlog.verify(spark, str(out))["healthy"] is True
+    assert read_ids(spark, out) == sorted(ids)
+
+    # with no live writer, batch 4's file is what a killed or refused writer left: it goes
+    lease.unlink()
+    r = batchlog.vacuum(spark, str(out), older_than="1h", dry_run=False)
+    assert (r["writerLive"], r["deletedFiles"], r["skippedRunningFiles"]) == (False, 1, 0)
+    assert not running.exists() and recent.exists()
     assert read_ids(spark, out) == sorted(ids)
 
     with pytest.raises(batchlog.InvalidArgumentError, match="older_than"):

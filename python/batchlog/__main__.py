@@ -278,7 +278,7 @@ def cmd_repair(spark: SparkSession, args: argparse.Namespace) -> int:
         f"compaction      every {r['compactInterval']} batches "
         f"(from {r['compactIntervalSource']}){assumed}"
     )
-    if r["rewindInProgress"] is not None:
+    if r.get("rewindInProgress") is not None:
         print(
             f"rewind          unfinished, to batch {r['rewindInProgress']}: finish it first "
             "(re-run the same rewind command)"

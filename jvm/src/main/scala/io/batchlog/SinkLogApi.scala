@@ -88,11 +88,15 @@ class SinkLogApi(spark: SparkSession, outputPath: String) {
       log.checkHeader(id)
       val lines = SinkLogApi.textLines(spark, log.logFilePath(id)).filter(_ != LogFormat.Header)
       val fromLogFile = if (log.isCompactFile(id)) lit(null).cast("long") else lit(id)
+      // what surviving log files prove for lines plain Spark compacted (LineageProof)
+      val proven = if (!log.isCompactFile(id)) Map.empty[String, Long] else log.provenPaths(id)
+      val fromProof =
+        if (proven.isEmpty) lit(null).cast("long") else element_at(typedLit(proven), col("path"))
       spark.read.schema(LogFormat.sparkSchema).option("mode", "FAILFAST")
         .json(spark.createDataset(lines)(Encoders.STRING))
         .withColumn(
           LogFormat.BatchIdField,
-          coalesce(col(LogFormat.BatchIdField), fromLogFile, fromName)
+          coalesce(col(LogFormat.BatchIdField), fromLogFile, fromName, fromProof)
         )
     }
     perFile.reduceOption(_ unionByName _).getOrElse(

@@ -593,6 +593,15 @@ class BatchTaggedFileStreamSinkLog(
   /** Proofs of lineage computed by this instance, by compact id ([[LineageProof]]). */
   private val proofs = new java.util.concurrent.ConcurrentHashMap[Long, LineageProof]()
 
+  /**
+   * The batches the surviving log files prove for the untagged lines of compact file `compactId`,
+   * by logged path; empty when all its lines are tagged (nothing is read then).
+   */
+  def provenPaths(compactId: Long): Map[String, Long] = {
+    indexOf(compactId) // a scan notes compact files with untagged lines
+    if (hasUntaggedLines.contains(compactId)) lineageProof(compactId).paths else Map.empty
+  }
+
   /** What the surviving log files prove about the untagged entries of compact file `compactId`. */
   def lineageProof(compactId: Long): LineageProof =
     proofs.computeIfAbsent(compactId, id => LineageProof.of(this, id))
