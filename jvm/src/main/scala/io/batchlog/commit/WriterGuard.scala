@@ -54,9 +54,7 @@ final class WriterGuard private (
   private var keeper: Thread = _
 
   def beforeBatch(batchId: Long): Unit = synchronized {
-    RewindIntent.read(fm, meta).foreach { i =>
-      throw BatchLogException.rewindInProgress(i.sink, i.toBatch, i.checkpoint)
-    }
+    refuseUnfinishedRewind()
     val now = System.currentTimeMillis()
     val record = SinkRecord.read(fm, meta) match {
       case None =>
@@ -91,9 +89,7 @@ final class WriterGuard private (
   }
 
   def beforeCommit(batchId: Long): Unit = {
-    RewindIntent.read(fm, meta).foreach { i =>
-      throw BatchLogException.rewindInProgress(i.sink, i.toBatch, i.checkpoint)
-    }
+    refuseUnfinishedRewind()
     SinkRecord.read(fm, meta) match {
       case Some(r) => checkOwner(r, batchId); checkEpoch(r, batchId)
       case None =>
@@ -104,6 +100,12 @@ final class WriterGuard private (
         )
     }
   }
+
+  /** A rewind that did not finish: writing now would mix old and new output. */
+  private def refuseUnfinishedRewind(): Unit =
+    RewindIntent.read(fm, meta).foreach { i =>
+      throw BatchLogException.rewindInProgress(i.sink, i.toBatch, i.checkpoint)
+    }
 
   private def checkOwner(r: SinkRecord, batchId: Long): Unit =
     r.owner.filter(_.queryId != queryId).foreach { o =>

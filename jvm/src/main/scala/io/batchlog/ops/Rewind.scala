@@ -126,13 +126,12 @@ object Horizon {
    * known: a rewind to it or later finds every file of the batches it redoes.
    */
   def ofSink(log: BatchTaggedFileStreamSinkLog): Long =
-    log.liveLogBatchIds().headOption.filter(log.isCompactFile) match {
-      case Some(c) if log.indexOf(c).runs.exists(_.batchId.isEmpty) =>
-        val known = log.indexOf(c).runs.flatMap(_.batchId).toSet ++
-          log.lineageProof(c).provenBatches
-        (c to 0L by -1L).find(b => !known(b)).getOrElse(c) + 1
-      case _ => 0L
-    }
+    log.liveLogBatchIds().headOption.filter(log.isCompactFile).map(c => c -> log.indexOf(c).runs)
+      .collect {
+        case (c, runs) if runs.exists(_.batchId.isEmpty) =>
+          val known = runs.flatMap(_.batchId).toSet ++ log.lineageProof(c).provenBatches
+          (c to 0L by -1L).find(b => !known(b)).getOrElse(c) + 1
+      }.getOrElse(0L)
 
   /** JSON for `inspect`: the sink's horizon and, given a checkpoint, the checkpoint's. */
   def json(spark: SparkSession, sinkPath: String, checkpointPath: Option[String]): String = {
@@ -182,7 +181,7 @@ object Rewind {
     refuseIfActive(spark, sink)
     val sinkFm = CheckpointFileManager.create(meta, hadoopConf)
     WriterFence.refuseLiveWriter(sinkFm, meta, force)
-    WriterFence.requireOwner(spark, sinkFm, meta, cp.root.toString, cp.queryId)
+    WriterFence.requireOwner(sinkFm, meta, cp.root.toString, cp.queryId)
     val intent = RewindIntent.read(sinkFm, meta)
     intent.foreach { i =>
       if (i.toBatch != toBatch || i.checkpoint != cp.root.toString) {

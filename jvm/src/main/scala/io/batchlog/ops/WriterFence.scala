@@ -2,7 +2,6 @@ package io.batchlog.ops
 
 import org.apache.hadoop.fs.Path
 
-import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager
 
 import io.batchlog.BatchLogException
@@ -51,7 +50,6 @@ object WriterFence {
 
   /** The record's owner must be the query of the checkpoint an operation was given. */
   def requireOwner(
-      spark: SparkSession,
       fm: CheckpointFileManager,
       meta: Path,
       checkpoint: String,
