@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -227,8 +228,15 @@ def test_sink_log_api(spark: SparkSession, sinks: dict[str, Sink], fmt: str) -> 
             }
             for b in range(BATCHES)
         ],
-        # every entry is tagged, and no checkpoint was given: only the sink's lineage counts
-        "horizon": {"horizon": 0, "sinkHorizon": 0, "minBatchesToRetain": 100},
+        # every entry is tagged, and no checkpoint was given: only the sink's lineage counts;
+        # the sink's owner is the query of its checkpoint, from its first batch
+        "horizon": {
+            "horizon": 0,
+            "sinkHorizon": 0,
+            "minBatchesToRetain": 100,
+            "owner": json.loads((out.parent / f"chk-{fmt}" / "metadata").read_text())["id"],
+            "ownerSince": 0,
+        },
     }
 
 
