@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
-from support import PYTHON_DIR, REPO, batchlog, get_spark, session_conf, wait_lease_released
+from support import PYTHON_DIR, REPO, await_query, batchlog, get_spark, session_conf
 
 __all__ = ["PYTHON_DIR", "session_conf"]  # re-exported for the test modules
 
@@ -123,13 +123,7 @@ def run_stream(
     if partition_by:
         writer = writer.partitionBy(*partition_by)
     query: StreamingQuery = writer.trigger(availableNow=True).start(str(output_dir))
-    try:
-        finished = query.awaitTermination(QUERY_TIMEOUT_S)
-        assert finished, f"streaming query into {output_dir} did not finish in {QUERY_TIMEOUT_S}s"
-    finally:
-        if query.isActive:
-            query.stop()
-        wait_lease_released(output_dir)
+    await_query(query, output_dir)
     assert query.exception() is None, query.exception()
     return [int(p["batchId"]) for p in query.recentProgress]
 

@@ -19,7 +19,7 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 from pyspark.sql import SparkSession
-from support import REPO, batchlog, get_spark, session_conf, wait_lease_released
+from support import REPO, await_query, batchlog, get_spark, session_conf
 
 __all__ = ["REPO", "batchlog"]  # test modules import these from here
 
@@ -209,10 +209,7 @@ def run_stream(
             .trigger(availableNow=True)
             .start(str(out))
         )
-        try:
-            q.awaitTermination()
-        finally:
-            wait_lease_released(out)
+        await_query(q, out)
 
 
 def read_ids(spark: SparkSession, out: Path) -> list[int]:

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from support import PYTHON_DIR, REPO, batchlog, get_spark, session_conf, wait_lease_released
+from support import PYTHON_DIR, REPO, await_query, batchlog, get_spark, session_conf
 
 __all__ = ["batchlog", "get_spark"]  # test modules import these from here
 
@@ -96,10 +96,7 @@ def run_ids_query(spark: SparkSession, inbox: Path, out: Path, ck: Path, mult: i
         .trigger(availableNow=True)
         .start(str(out))
     )
-    try:
-        q.awaitTermination()
-    finally:
-        wait_lease_released(out)
+    await_query(q, out)
 
 
 def run_window_query(spark: SparkSession, inbox: Path, out: Path, ck: Path) -> None:
@@ -119,10 +116,7 @@ def run_window_query(spark: SparkSession, inbox: Path, out: Path, ck: Path) -> N
         .trigger(availableNow=True)
         .start(str(out))
     )
-    try:
-        q.awaitTermination()
-    finally:
-        wait_lease_released(out)
+    await_query(q, out)
 
 
 def rows_of(df: DataFrame, *cols: str) -> list[tuple[Any, ...]]:

@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 PYTHON_DIR = REPO / "python"
@@ -56,6 +57,22 @@ def session_conf(spark: SparkSession, conf: Mapping[str, str | None]) -> Iterato
                 spark.conf.unset(k)
             else:
                 spark.conf.set(k, old)
+
+
+#: Seconds a test's streaming query may run before the test fails (instead of hanging CI).
+QUERY_TIMEOUT_S = 300
+
+
+def await_query(query: Any, output_dir: Path | str) -> None:
+    """Waits for an ``availableNow`` query to finish (raising its error), at most
+    ``QUERY_TIMEOUT_S``; then waits for its writer lease to go (``wait_lease_released``)."""
+    try:
+        finished = query.awaitTermination(QUERY_TIMEOUT_S)
+        assert finished, f"the query writing {output_dir} ran over {QUERY_TIMEOUT_S} s"
+    finally:
+        if query.isActive:
+            query.stop()
+        wait_lease_released(output_dir)
 
 
 #: The writer lease a running query holds in its sink's ``_spark_metadata``.

@@ -32,7 +32,7 @@ from reliability_support import (
     sql_conf,
     write_input,
 )
-from support import wait_lease_released
+from support import await_query
 
 spark = spark_session  # the module's session fixture
 
@@ -42,7 +42,6 @@ VANILLA = "org.apache.spark.sql.execution.streaming.ManifestFileCommitProtocol"
 DEFAULT_INTERVAL = {INTERVAL_KEY: "10"}  # Spark's default: not the query's interval
 RECORDS = frozenset({"batchlog-sink.json", "batchlog-lease.json"})
 ROWS = 3  # rows per input file: ids k*1000 .. k*1000+2, one in each partition p0..p2
-QUERY_TIMEOUT_S = 180
 
 
 # ---- helpers -----------------------------------------------------------------------------------
@@ -80,12 +79,7 @@ def run_query(spark: SparkSession, inp: Input, out: Path, chk: Path, **confs: st
             .trigger(availableNow=True)
             .start(str(out))
         )
-        try:
-            assert q.awaitTermination(QUERY_TIMEOUT_S), f"query into {out} did not finish"
-        finally:
-            if q.isActive:
-                q.stop()
-            wait_lease_released(out)
+        await_query(q, out)
 
 
 def meta_names(out: Path) -> set[str]:
