@@ -13,8 +13,8 @@ import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.execution.streaming.ManifestFileCommitProtocol
 import org.apache.spark.sql.execution.streaming.sinks.{FileStreamSinkLog, SinkFileStatus}
 
-import io.batchlog.commit.{DataFileNaming, WriterGuard}
-import io.batchlog.log.{BatchTaggedFileStreamSinkLog, SinkLogEntry}
+import io.batchlog.commit.WriterGuard
+import io.batchlog.log.{BatchTaggedFileStreamSinkLog, DataFileNaming, SinkLogEntry}
 
 /**
  * The file sink's commit protocol, committing each micro-batch through a

@@ -15,8 +15,7 @@ import org.apache.spark.sql.{Column, DataFrame, Encoders, Row, SparkSession}
 import org.apache.spark.sql.execution.streaming.runtime.CompactibleFileStreamLog
 import org.apache.spark.sql.functions._
 
-import io.batchlog.commit.DataFileNaming
-import io.batchlog.log.{BatchTaggedFileStreamSinkLog, LogFormat, SinkLogEntry}
+import io.batchlog.log.{BatchTaggedFileStreamSinkLog, DataFileNaming, LogFormat, SinkLogEntry}
 
 /**
  * A read-only view of a file sink's log, the entry point the Python facade calls: strings, longs,
@@ -29,7 +28,7 @@ import io.batchlog.log.{BatchTaggedFileStreamSinkLog, LogFormat, SinkLogEntry}
 class SinkLogApi(spark: SparkSession, outputPath: String) {
   import BatchLogException.unchanged
 
-  val metadataPath: Path = unchanged(SinkLogApi.metadataPathOf(spark, outputPath))
+  val metadataPath: Path = unchanged(BatchTaggedFileStreamSinkLog.metadataPathOf(spark, outputPath))
 
   lazy val log: BatchTaggedFileStreamSinkLog =
     new BatchTaggedFileStreamSinkLog(spark, metadataPath.toString)
@@ -166,19 +165,6 @@ object SinkLogApi {
         classOf[Text]
       )
       .map(_._2.toString)
-  }
-
-  /** `<output>/_spark_metadata`, or a clear error if `outputPath` is not a file sink. */
-  def metadataPathOf(spark: SparkSession, outputPath: String): Path = {
-    if (outputPath == null || outputPath.isEmpty) {
-      throw BatchLogException.invalidArgument("path", "''", "give the sink's output directory")
-    }
-    val out = new Path(outputPath)
-    val fs = out.getFileSystem(spark.sessionState.newHadoopConf())
-    val meta = new Path(fs.makeQualified(out), BatchTaggedFileStreamSinkLog.MetadataDir)
-    if (!fs.exists(meta) || !fs.getFileStatus(meta).isDirectory)
-      throw BatchLogException.notASink(outputPath)
-    meta
   }
 }
 

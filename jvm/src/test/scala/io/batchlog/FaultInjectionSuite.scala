@@ -14,9 +14,14 @@ import org.apache.spark.sql.execution.streaming.runtime.MemoryStream
 import org.apache.spark.sql.functions.col
 import org.apache.spark.sql.streaming.{StreamingQuery, StreamingQueryException}
 
-import io.batchlog.commit.DataFileNaming
 import io.batchlog.faults.FaultInjectingCheckpointFileManager
-import io.batchlog.log.{BatchTaggedFileStreamSinkLog, CompactIndex, JsonRecordFile, LogFormat}
+import io.batchlog.log.{
+  BatchTaggedFileStreamSinkLog,
+  CompactIndex,
+  DataFileNaming,
+  JsonRecordFile,
+  LogFormat
+}
 import io.batchlog.ops.Verify
 
 /**

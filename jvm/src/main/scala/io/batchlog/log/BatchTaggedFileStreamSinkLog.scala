@@ -631,6 +631,19 @@ object BatchTaggedFileStreamSinkLog {
   /** Name of the metadata directory under a sink's output path (Spark's). */
   val MetadataDir = "_spark_metadata"
 
+  /** `<output>/_spark_metadata`, or a clear error if `outputPath` is not a file sink. */
+  def metadataPathOf(spark: SparkSession, outputPath: String): Path = {
+    if (outputPath == null || outputPath.isEmpty) {
+      throw BatchLogException.invalidArgument("path", "''", "give the sink's output directory")
+    }
+    val out = new Path(outputPath)
+    val fs = out.getFileSystem(spark.sessionState.newHadoopConf())
+    val meta = new Path(fs.makeQualified(out), BatchTaggedFileStreamSinkLog.MetadataDir)
+    if (!fs.exists(meta) || !fs.getFileStatus(meta).isDirectory)
+      throw BatchLogException.notASink(outputPath)
+    meta
+  }
+
   private val bySink = new java.util.WeakHashMap[FileStreamSinkLog, BatchTaggedFileStreamSinkLog]()
 
   /**

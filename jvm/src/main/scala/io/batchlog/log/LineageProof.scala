@@ -4,8 +4,6 @@ import scala.collection.mutable
 
 import org.apache.spark.sql.execution.streaming.runtime.CompactibleFileStreamLog._
 
-import io.batchlog.commit.DataFileNaming
-
 /**
  * The batches that surviving log files prove for entries that carry no batch: lines written or
  * compacted by plain Spark (a vanilla interlude, or a sink started without batchlog) whose data

@@ -6,8 +6,6 @@ import com.fasterxml.jackson.core.{JsonFactory, JsonParser, JsonToken}
 
 import org.apache.spark.sql.types._
 
-import io.batchlog.commit.DataFileNaming
-
 /**
  * The on-disk format of a batch-tagged sink log file, defined here and nowhere else.
  *

@@ -5,7 +5,7 @@ import org.json4s.jackson.JsonMethods.{compact, render}
 
 import org.apache.spark.sql.SparkSession
 
-import io.batchlog.{BatchLogException, SinkLogApi}
+import io.batchlog.BatchLogException
 import io.batchlog.log.{BatchTaggedFileStreamSinkLog, LineageProof, LogFiles, LogFormat}
 
 /**
@@ -20,7 +20,7 @@ object Adopt {
 
   def run(spark: SparkSession, sinkPath: String, dryRun: Boolean, quiet: Boolean): String = {
     val (log, compacts, proof) = BatchLogException.unchanged {
-      val meta = SinkLogApi.metadataPathOf(spark, sinkPath)
+      val meta = BatchTaggedFileStreamSinkLog.metadataPathOf(spark, sinkPath)
       val log = new BatchTaggedFileStreamSinkLog(spark, meta.toString)
       val ids = log.listLogFiles().map(f => log.pathToBatchId(f.getPath)).toSeq
       (log, ids.filter(log.isCompactFile), LineageProof.of(log, Long.MaxValue))

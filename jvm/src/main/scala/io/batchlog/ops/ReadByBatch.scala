@@ -4,7 +4,8 @@ import scala.collection.mutable
 
 import org.apache.spark.sql.{DataFrame, Row, SparkSession}
 
-import io.batchlog.{BatchLogException, SinkLogApi}
+import io.batchlog.BatchLogException
+import io.batchlog.log.BatchTaggedFileStreamSinkLog
 
 /**
  * The sink's rows written by a range of batches, as a DataFrame over exactly those batches' live
@@ -29,14 +30,15 @@ object ReadByBatch {
     for (f <- from; t <- to if f > t) {
       throw BatchLogException.invalidArgument("from_batch", f, s"it must be <= to_batch ($t)")
     }
-    val api = new SinkLogApi(spark, sinkPath)
-    val sink = api.metadataPath.getParent.toString
+    val meta = BatchTaggedFileStreamSinkLog.metadataPathOf(spark, sinkPath)
+    val log = new BatchTaggedFileStreamSinkLog(spark, meta.toString)
+    val sink = meta.getParent.toString
     val inRange = (b: Long) => from.forall(b >= _) && to.forall(b <= _)
     val unrestricted = from.isEmpty && to.isEmpty
     val paths = mutable.ArrayBuffer.empty[String]
     var untagged = 0L
     // Only the entries of the range are read (through the compact file's index).
-    api.log.foreachLiveEntryWhere(_.forall(inRange)) { e =>
+    log.foreachLiveEntryWhere(_.forall(inRange)) { e =>
       if (e.batchId.isEmpty) untagged += 1
       if (e.batchId.isDefined || unrestricted) paths += e.path
     }
@@ -53,7 +55,7 @@ object ReadByBatch {
     val reader = spark.read.format(format).option("basePath", sink)
     if (paths.nonEmpty) reader.load(paths.toSeq: _*)
     else {
-      val sample = api.log.firstLiveEntry().getOrElse(
+      val sample = log.firstLiveEntry().getOrElse(
         throw BatchLogException.invalidArgument(
           "path",
           sink,

@@ -12,9 +12,9 @@ import org.apache.spark.sql.execution.streaming.runtime.CompactibleFileStreamLog
 import org.apache.spark.sql.execution.streaming.sinks.SinkFileStatus
 
 import io.batchlog.{BatchLogConf, BatchLogException}
-import io.batchlog.commit.DataFileNaming
 import io.batchlog.log.{
   BatchTaggedFileStreamSinkLog,
+  DataFileNaming,
   LogFiles,
   LogFormat,
   LogLayout,

@@ -10,11 +10,11 @@ import org.apache.spark.paths.SparkPath
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager
 
-import io.batchlog.{BatchLogConf, BatchLogException, SinkLogApi}
+import io.batchlog.{BatchLogConf, BatchLogException}
 import io.batchlog.checkpoint.{QueryCheckpoint, StateFiles}
-import io.batchlog.commit.DataFileNaming
 import io.batchlog.log.{
   BatchTaggedFileStreamSinkLog,
+  DataFileNaming,
   LogFormat,
   LogLayout,
   LogTruncation,
@@ -136,7 +136,10 @@ object Horizon {
   /** JSON for `inspect`: the sink's horizon and, given a checkpoint, the checkpoint's. */
   def json(spark: SparkSession, sinkPath: String, checkpointPath: Option[String]): String = {
     val log =
-      new BatchTaggedFileStreamSinkLog(spark, SinkLogApi.metadataPathOf(spark, sinkPath).toString)
+      new BatchTaggedFileStreamSinkLog(
+        spark,
+        BatchTaggedFileStreamSinkLog.metadataPathOf(spark, sinkPath).toString
+      )
     val sink = ofSink(log)
     val checkpoint = checkpointPath.map(new QueryCheckpoint(spark, _))
     val cp = checkpoint.map(c => ofCheckpoint(c.offsetIds, c.commitIds))
@@ -175,7 +178,7 @@ object Rewind {
       force: Boolean = false
   ): RewindPlan = BatchLogException.unchanged {
     val hadoopConf = spark.sessionState.newHadoopConf()
-    val meta = SinkLogApi.metadataPathOf(spark, sinkPath)
+    val meta = BatchTaggedFileStreamSinkLog.metadataPathOf(spark, sinkPath)
     val sink = meta.getParent
     val cp = new QueryCheckpoint(spark, checkpointPath)
     refuseIfActive(spark, sink)

@@ -6,7 +6,7 @@ import org.json4s.jackson.JsonMethods.{compact, render}
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager
 
-import io.batchlog.{BatchLogException, SinkLogApi}
+import io.batchlog.BatchLogException
 import io.batchlog.checkpoint.QueryCheckpoint
 import io.batchlog.log.{BatchTaggedFileStreamSinkLog, SinkOwner, SinkRecord}
 
@@ -55,7 +55,7 @@ object Takeover {
       force: Boolean
   ): String = {
     val plan = BatchLogException.unchanged {
-      val meta = SinkLogApi.metadataPathOf(spark, sinkPath)
+      val meta = BatchTaggedFileStreamSinkLog.metadataPathOf(spark, sinkPath)
       val fm = CheckpointFileManager.create(meta, spark.sessionState.newHadoopConf())
       WriterFence.refuseLiveWriter(fm, meta, force)
       val cp = new QueryCheckpoint(spark, checkpointPath)
@@ -71,7 +71,7 @@ object Takeover {
       )
     }
     if (dryRun || plan.noop) return plan.toJson(dryRun, done = false)
-    val meta = SinkLogApi.metadataPathOf(spark, sinkPath)
+    val meta = BatchTaggedFileStreamSinkLog.metadataPathOf(spark, sinkPath)
     val fm = CheckpointFileManager.create(meta, spark.sessionState.newHadoopConf())
     val now = System.currentTimeMillis()
     WriterFence.bumpEpoch(fm, meta) {

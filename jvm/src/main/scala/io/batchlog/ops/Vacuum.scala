@@ -8,7 +8,7 @@ import org.json4s.jackson.JsonMethods.{compact, render}
 import org.apache.spark.network.util.JavaUtils
 import org.apache.spark.sql.SparkSession
 
-import io.batchlog.{BatchLogConf, BatchLogException, SinkLogApi}
+import io.batchlog.{BatchLogConf, BatchLogException}
 import io.batchlog.log.BatchTaggedFileStreamSinkLog
 
 /**
@@ -46,7 +46,7 @@ object Vacuum {
   ): String = {
     val olderThanMs = parseDuration(olderThan)
     val hadoopConf = spark.sessionState.newHadoopConf()
-    val meta = SinkLogApi.metadataPathOf(spark, sinkPath)
+    val meta = BatchTaggedFileStreamSinkLog.metadataPathOf(spark, sinkPath)
     val sink = meta.getParent
     val fs = sink.getFileSystem(hadoopConf)
     val log = new BatchTaggedFileStreamSinkLog(spark, meta.toString)

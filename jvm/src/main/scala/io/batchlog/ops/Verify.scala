@@ -10,11 +10,11 @@ import org.json4s.jackson.JsonMethods.{compact, render}
 import org.apache.spark.paths.SparkPath
 import org.apache.spark.sql.SparkSession
 
-import io.batchlog.{BatchLogException, SinkLogApi}
-import io.batchlog.commit.DataFileNaming
+import io.batchlog.BatchLogException
 import io.batchlog.log.{
   BatchTaggedFileStreamSinkLog,
   CompactIndex,
+  DataFileNaming,
   LogLayout,
   SinkLogEntry,
   SinkRecord
@@ -146,7 +146,7 @@ object Verify {
   }
 
   def run(spark: SparkSession, sinkPath: String): Report = {
-    val meta = SinkLogApi.metadataPathOf(spark, sinkPath)
+    val meta = BatchTaggedFileStreamSinkLog.metadataPathOf(spark, sinkPath)
     val sink = meta.getParent
     val fs = sink.getFileSystem(spark.sessionState.newHadoopConf())
     val log = new BatchTaggedFileStreamSinkLog(spark, meta.toString)

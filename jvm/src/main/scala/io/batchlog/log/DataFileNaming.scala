@@ -1,4 +1,4 @@
-package io.batchlog.commit
+package io.batchlog.log
 
 import java.util.UUID
 

@@ -1,0 +1,72 @@
+package io.batchlog
+
+import java.io.File
+import java.nio.charset.StandardCharsets.UTF_8
+import java.nio.file.Files
+
+import scala.jdk.CollectionConverters._
+
+import org.scalatest.funsuite.AnyFunSuite
+
+/**
+ * The layers of `io.batchlog` point one way: a file may use its own layer and those below it, never
+ * one above. From the bottom:
+ *
+ * 0. foundation: `BatchLogConf`, `BatchLogException` (every key and every error, defined once);
+ *   1. the log format and what reads it: `log/` (entries, log files, compact index, lineage proof,
+ *      truncation, layout, data file naming, the JSON records beside the log), `checkpoint/`
+ *      (reading a query checkpoint), `faults/` (the fault-injecting file manager for tests); 2. the
+ *      commit path: `commit/` (the writer guard), `BatchTaggedCommitProtocol`; 3. operations:
+ *      `ops/` (rewind, takeover, adopt, read, verify, repair, vacuum); 4. facades: `SinkLogApi`,
+ *      `Operations` (what Python and the CLI call).
+ *
+ * Read from the sources: an `import io.batchlog...` or a qualified `io.batchlog.x.Y` in code (not
+ * in comments) names the layer it uses.
+ */
+class LayeringSuite extends AnyFunSuite {
+
+  /** The main sources (tests run forked in `jvm/`; from the repository root too). */
+  private val root = Seq("src/main/scala/io/batchlog", "jvm/src/main/scala/io/batchlog")
+    .map(new File(_)).find(_.isDirectory).getOrElse(fail("io/batchlog main sources not found"))
+
+  private def layerOf(rel: String): Int = rel match {
+    case "BatchLogConf.scala" | "BatchLogException.scala" => 0
+    case r if r.startsWith("log/") || r.startsWith("checkpoint/") || r.startsWith("faults/") => 1
+    case r if r.startsWith("commit/") || r == "BatchTaggedCommitProtocol.scala" => 2
+    case r if r.startsWith("ops/") => 3
+    case "SinkLogApi.scala" | "Operations.scala" => 4
+    case other => fail(s"$other has no layer: add it to LayeringSuite and the README's layout")
+  }
+
+  /** The layer a reference `io.batchlog.<rest>` points at. */
+  private def layerOfRef(rest: String): Int = rest.split('.').head match {
+    case "BatchLogConf" | "BatchLogException" => 0
+    case "log" | "checkpoint" | "faults" => 1
+    case "commit" | "BatchTaggedCommitProtocol" => 2
+    case "ops" => 3
+    case "SinkLogApi" | "Operations" | "ExactPathTextInputFormat" => 4
+    case brace if brace.startsWith("{") =>
+      brace.stripPrefix("{").split("[,}]").map(_.trim).filter(_.nonEmpty).map(layerOfRef).max
+    case other => fail(s"io.batchlog.$other has no layer")
+  }
+
+  private val Ref = """\bio\.batchlog\.([A-Za-z{][\w.{}, ]*)""".r
+
+  test("nothing below imports from above") {
+    val files = Files.walk(root.toPath).iterator().asScala.filter(_.toString.endsWith(".scala"))
+      .toSeq
+    assert(files.nonEmpty, s"no sources under ${root.getAbsolutePath}")
+    val violations = files.flatMap { f =>
+      val rel = root.toPath.relativize(f).toString.replace(File.separatorChar, '/')
+      val own = layerOf(rel)
+      Files.readAllLines(f, UTF_8).asScala.zipWithIndex.flatMap { case (line, i) =>
+        val code = line.trim
+        if (code.startsWith("*") || code.startsWith("/*") || code.startsWith("//")) Nil
+        else Ref.findAllMatchIn(code.takeWhile(_ != '/')).map(_.group(1)).filter { ref =>
+          layerOfRef(ref) > own
+        }.map(ref => s"$rel:${i + 1} (layer $own) uses io.batchlog.$ref").toSeq
+      }
+    }
+    assert(violations.isEmpty, violations.mkString("\n", "\n", ""))
+  }
+}
