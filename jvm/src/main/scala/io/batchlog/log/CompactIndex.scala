@@ -104,13 +104,8 @@ object CompactIndex {
     c.getValue
   }
 
-  def write(fm: CheckpointFileManager, file: Path, index: CompactIndex): Unit = {
-    val out = fm.createAtomic(file, overwriteIfPossible = true)
-    try {
-      out.write(index.toBytes)
-      out.close()
-    } catch { case e: Throwable => out.cancel(); throw e }
-  }
+  def write(fm: CheckpointFileManager, file: Path, index: CompactIndex): Unit =
+    LogFiles.publish(fm, file, overwrite = true)(_.write(index.toBytes))
 
   /** The bytes of the index at `file`: None if it is missing, Left(reason) if unreadable. */
   def readBytes(fm: CheckpointFileManager, file: Path): Option[Either[String, Array[Byte]]] =

@@ -49,13 +49,10 @@ class JsonRecordFile[T <: AnyRef: Manifest](val fileName: String) {
     }
   }
 
-  def write(fm: CheckpointFileManager, metadataPath: Path, record: T): Unit = {
-    val out = fm.createAtomic(path(metadataPath), overwriteIfPossible = true)
-    try {
-      out.write(Serialization.write(record).getBytes(UTF_8))
-      out.close()
-    } catch { case e: Throwable => out.cancel(); throw e }
-  }
+  def write(fm: CheckpointFileManager, metadataPath: Path, record: T): Unit =
+    LogFiles.publish(fm, path(metadataPath), overwrite = true)(
+      _.write(Serialization.write(record).getBytes(UTF_8))
+    )
 
   def delete(fm: CheckpointFileManager, metadataPath: Path): Unit = fm.delete(path(metadataPath))
 }

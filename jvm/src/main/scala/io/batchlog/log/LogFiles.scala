@@ -60,21 +60,30 @@ object LogFiles {
 
   /**
    * Writes `file` atomically (temp file + rename): readers see the old file or the whole new one,
-   * never a part, and a crash leaves no partial file.
+   * never a part, and a crash leaves no partial file. The one atomic write of batchlog's files (log
+   * files, compact indexes, the JSON records beside the log).
    */
-  def writeAtomic(
-      fm: CheckpointFileManager,
-      file: Path,
-      overwrite: Boolean
-  )(fn: Writer => Unit): Unit = {
+  def publish(fm: CheckpointFileManager, file: Path, overwrite: Boolean)(
+      fn: java.io.OutputStream => Unit
+  ): Unit = {
     val out = fm.createAtomic(file, overwriteIfPossible = overwrite)
     try {
-      val w = writer(out)
-      fn(w)
-      w.flush()
+      fn(out)
       out.close()
     } catch {
       case e: Throwable => out.cancel(); throw e
     }
   }
+
+  /** A log file (`v1` header, then what `fn` writes), published atomically ([[publish]]). */
+  def writeAtomic(
+      fm: CheckpointFileManager,
+      file: Path,
+      overwrite: Boolean
+  )(fn: Writer => Unit): Unit =
+    publish(fm, file, overwrite) { out =>
+      val w = writer(out)
+      fn(w)
+      w.flush()
+    }
 }

@@ -27,9 +27,6 @@ final case class SinkRecord(
 ) {
   def owner: Option[SinkOwner] = owners.lastOption
 
-  /** The query that wrote `batchId`, as far as the record knows. */
-  def ownerOf(batchId: Long): Option[SinkOwner] = owners.filter(_.fromBatch <= batchId).lastOption
-
   /** Owners after a rewind to `toBatch` by `queryId`: the batches from `toBatch` on are its. */
   def rewoundTo(toBatch: Long, queryId: String, now: Long): SinkRecord = {
     val kept = owners.filter(_.fromBatch < toBatch)
