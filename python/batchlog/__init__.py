@@ -20,6 +20,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from batchlog import reports
 from batchlog.errors import (
     BatchLogError,
     BatchOutOfOrderError,
@@ -37,11 +38,27 @@ from batchlog.errors import (
     UnsupportedCheckpointError,
     WriterActiveError,
 )
-from batchlog.ops import adopt, read, repair, rewind, takeover, vacuum, verify
+from batchlog.ops import (
+    Action,
+    adopt,
+    adopt_action,
+    read,
+    repair,
+    repair_action,
+    rewind,
+    rewind_action,
+    takeover,
+    takeover_action,
+    vacuum,
+    vacuum_action,
+    verify,
+)
 from batchlog.sinklog import SinkLog
 
 __all__ = [
     "COMMIT_PROTOCOL_CLASS",
+    "COMMIT_PROTOCOL_KEY",
+    "Action",
     "BatchLogError",
     "BatchOutOfOrderError",
     "BeyondHorizonError",
@@ -59,13 +76,19 @@ __all__ = [
     "UnsupportedCheckpointError",
     "WriterActiveError",
     "adopt",
+    "adopt_action",
     "configure",
     "jar_path",
     "read",
     "repair",
+    "repair_action",
+    "reports",
     "rewind",
+    "rewind_action",
     "takeover",
+    "takeover_action",
     "vacuum",
+    "vacuum_action",
     "verify",
 ]
 
@@ -73,7 +96,9 @@ __all__ = [
 #: ``io.batchlog.BatchTaggedCommitProtocol`` (tests check it against the jar).
 COMMIT_PROTOCOL_CLASS = "io.batchlog.BatchTaggedCommitProtocol"
 
-_COMMIT_PROTOCOL_KEY = "spark.sql.streaming.commitProtocolClass"
+#: Spark's key that selects the sink's commit protocol. Needed before a JVM exists (to build a
+#: session), so it is written here too; a test checks it against ``BatchLogConf.CommitProtocolKey``.
+COMMIT_PROTOCOL_KEY = "spark.sql.streaming.commitProtocolClass"
 
 
 def jar_path() -> str:
@@ -94,5 +119,5 @@ def configure(builder: SparkSession.Builder) -> SparkSession.Builder:
     jars = [j for j in str(options.get("spark.jars", "")).split(",") if j]
     jars.append(jar_path())
     return builder.config("spark.jars", ",".join(jars)).config(
-        _COMMIT_PROTOCOL_KEY, COMMIT_PROTOCOL_CLASS
+        COMMIT_PROTOCOL_KEY, COMMIT_PROTOCOL_CLASS
     )

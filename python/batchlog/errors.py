@@ -97,27 +97,17 @@ class BatchOutOfOrderError(BatchLogError):
     code = "BATCH_OUT_OF_ORDER"
 
 
-_BY_CODE: dict[str, type[BatchLogError]] = {
-    cls.code: cls
-    for cls in (
-        NotASinkError,
-        CorruptLogError,
-        MissingLogFileError,
-        InvalidArgumentError,
-        RaceCommittingBatchError,
-        NotACheckpointError,
-        UnsupportedCheckpointError,
-        BeyondHorizonError,
-        RewindInProgressError,
-        QueryActiveError,
-        WriterActiveError,
-        SinkOwnedByOtherQueryError,
-        SinkChangedWhileWritingError,
-        BatchOutOfOrderError,
-    )
+def _all_errors(cls: type[BatchLogError]) -> list[type[BatchLogError]]:
+    return [c for sub in cls.__subclasses__() for c in (sub, *_all_errors(sub))]
+
+
+#: The exception class of each JVM error code (``BatchLogException.Codes``; a test checks both
+#: sides name the same codes).
+ERRORS_BY_CODE: dict[str, type[BatchLogError]] = {
+    cls.code: cls for cls in _all_errors(BatchLogError)
 }
 
 
 def error_for_code(code: str, message: str) -> BatchLogError:
     """The Python exception for a JVM error ``code`` (``BatchLogError`` for an unknown one)."""
-    return _BY_CODE.get(code, BatchLogError)(message)
+    return ERRORS_BY_CODE.get(code, BatchLogError)(message)

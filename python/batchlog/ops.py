@@ -1,17 +1,86 @@
-"""Operations on a sink and its query's checkpoint: rewind, adopt, read by batch.
+"""Operations on a sink and its query's checkpoint: rewind, takeover, adopt, read, verify, repair,
+vacuum.
 
-Thin wrappers over ``io.batchlog.Operations``: the JVM plans and does the work; reports come
-back as dictionaries.
+Thin wrappers over ``io.batchlog.BatchLog``: the JVM plans and does the work; plans and reports
+come back as the dataclasses of :mod:`batchlog.reports`. Each maintenance operation is also
+available as an :class:`Action` (``rewind_action`` ...) whose ``plan()`` shows what it will do
+before ``execute()`` does it.
 """
 
 from __future__ import annotations
 
-import json
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from pyspark.sql import DataFrame, SparkSession
 
 from batchlog._jvm import batchlog_package, jsession, jvm_errors
+from batchlog.reports import (
+    AdoptReport,
+    RepairReport,
+    Report,
+    RewindPlanSummary,
+    RewindReport,
+    TakeoverReport,
+    VacuumReport,
+    VerifyReport,
+    from_json,
+)
+
+P = TypeVar("P", bound=Report)
+R = TypeVar("R", bound=Report)
+
+
+def sink(spark: SparkSession, path: str) -> Any:
+    """The JVM ``io.batchlog.BatchLog`` of the sink at ``path``."""
+    with jvm_errors():
+        return batchlog_package(spark).BatchLog.forPath(jsession(spark), path)
+
+
+def to_report(spark: SparkSession, cls: type[R], jreport: Any) -> R:
+    """``cls`` from a JVM report object, through the one serializer (``ReportJson``)."""
+    return from_json(cls, batchlog_package(spark).api.ReportJson.toJson(jreport))
+
+
+class Action(Generic[P, R]):
+    """A maintenance operation on a sink (``io.batchlog.api.SinkAction``), planned before it acts.
+
+    ``plan()`` computes what it will do and changes nothing; ``execute()`` carries out exactly
+    that plan (unless it was made a dry run) and returns the report.
+    """
+
+    def __init__(
+        self, spark: SparkSession, jaction: Any, plan_type: type[P], report_type: type[R]
+    ) -> None:
+        self._spark = spark
+        self._j = jaction
+        self._plan_type = plan_type
+        self._report_type = report_type
+
+    def plan(self) -> P:
+        """What the operation will do; changes nothing."""
+        with jvm_errors():
+            return to_report(self._spark, self._plan_type, self._j.summary())
+
+    def execute(self) -> R:
+        """Carries out the plan (unless a dry run) and reports."""
+        with jvm_errors():
+            return to_report(self._spark, self._report_type, self._j.execute())
+
+
+def rewind_action(
+    spark: SparkSession,
+    sink_path: str,
+    checkpoint_path: str,
+    to_batch: int,
+    dry_run: bool = False,
+    quiet: bool = False,
+    force: bool = False,
+) -> Action[RewindPlanSummary, RewindReport]:
+    """The rewind of :func:`rewind` as an :class:`Action`."""
+    with jvm_errors():
+        j = sink(spark, sink_path).rewind(checkpoint_path, int(to_batch))
+        j = j.dryRun(dry_run).quiet(quiet).force(force)
+    return Action(spark, j, RewindPlanSummary, RewindReport)
 
 
 def rewind(
@@ -22,7 +91,7 @@ def rewind(
     dry_run: bool = False,
     quiet: bool = False,
     force: bool = False,
-) -> dict[str, Any]:
+) -> RewindReport:
     """Rewinds a file sink and its query's checkpoint so that batch ``to_batch`` runs again.
 
     Deletes the data files of batches >= ``to_batch``, cuts the sink log back to
@@ -32,16 +101,26 @@ def rewind(
     live) the rewind refuses with ``WriterActiveError``; ``force=True`` overrides that for a
     writer known to be dead (its driver was killed less than the lease timeout ago).
 
-    Returns ``{"plan": {...}, "result": {...} | None}``; with ``dry_run`` nothing is changed and
-    ``result`` is None. An interrupted rewind is finished by calling this again with the same
-    arguments; until then the sink refuses writes.
+    Returns the plan and (unless ``dry_run``, which changes nothing) the result. An interrupted
+    rewind is finished by calling this again with the same arguments; until then the sink
+    refuses writes.
     """
+    return rewind_action(
+        spark, sink_path, checkpoint_path, to_batch, dry_run, quiet, force
+    ).execute()
+
+
+def takeover_action(
+    spark: SparkSession,
+    sink_path: str,
+    checkpoint_path: str,
+    dry_run: bool = False,
+    force: bool = False,
+) -> Action[TakeoverReport, TakeoverReport]:
+    """The takeover of :func:`takeover` as an :class:`Action`."""
     with jvm_errors():
-        report = batchlog_package(spark).Operations.rewind(
-            jsession(spark), sink_path, checkpoint_path, int(to_batch), dry_run, quiet, force
-        )
-    result: dict[str, Any] = json.loads(report)
-    return result
+        j = sink(spark, sink_path).takeover(checkpoint_path).dryRun(dry_run).force(force)
+    return Action(spark, j, TakeoverReport, TakeoverReport)
 
 
 def takeover(
@@ -50,36 +129,35 @@ def takeover(
     checkpoint_path: str,
     dry_run: bool = False,
     force: bool = False,
-) -> dict[str, Any]:
+) -> TakeoverReport:
     """Makes the query of ``checkpoint_path`` the sink's one writer from the batch after its latest.
 
     A sink refuses every query but its owner (``SinkOwnedByOtherQueryError``). Stop the owner
     first (``force=True`` for one known to be dead). Spark's file sink skips every batch id
     already in the log, so the new owner writes nothing until its batch ids pass the sink's
-    latest: ``skippedBatches`` in the report says how many of its batches that is.
+    latest: ``skipped_batches`` in the report says how many of its batches that is.
     """
+    return takeover_action(spark, sink_path, checkpoint_path, dry_run, force).execute()
+
+
+def adopt_action(
+    spark: SparkSession, sink_path: str, dry_run: bool = False, quiet: bool = False
+) -> Action[AdoptReport, AdoptReport]:
+    """The adoption of :func:`adopt` as an :class:`Action`."""
     with jvm_errors():
-        report = batchlog_package(spark).Operations.takeover(
-            jsession(spark), sink_path, checkpoint_path, dry_run, force
-        )
-    result: dict[str, Any] = json.loads(report)
-    return result
+        j = sink(spark, sink_path).adopt().dryRun(dry_run).quiet(quiet)
+    return Action(spark, j, AdoptReport, AdoptReport)
 
 
 def adopt(
     spark: SparkSession, sink_path: str, dry_run: bool = False, quiet: bool = False
-) -> dict[str, Any]:
+) -> AdoptReport:
     """Tags the entries of a sink written by plain Spark whose batch can be proven.
 
-    Returns counts: ``entriesTagged``, ``entriesUntagged``, ``compactFilesRewritten`` and the
-    ``untaggedHorizon`` (a rewind must go to this batch or later).
+    Reports counts: ``entries_tagged``, ``entries_untagged``, ``compact_files_rewritten`` and
+    the ``untagged_horizon`` (a rewind must go to this batch or later).
     """
-    with jvm_errors():
-        report = batchlog_package(spark).Operations.adopt(
-            jsession(spark), sink_path, dry_run, quiet
-        )
-    result: dict[str, Any] = json.loads(report)
-    return result
+    return adopt_action(spark, sink_path, dry_run, quiet).execute()
 
 
 def read(
@@ -95,9 +173,7 @@ def read(
     reads what arrived since. Partition columns are included.
     """
     with jvm_errors():
-        jdf = batchlog_package(spark).Operations.read(
-            jsession(spark),
-            sink_path,
+        jdf = sink(spark, sink_path).read(
             format,
             None if from_batch is None else int(from_batch),
             None if to_batch is None else int(to_batch),
@@ -108,22 +184,36 @@ def read(
 # ---- reliability: verify, repair, vacuum ---------------------------------------------------
 
 
-def verify(spark: SparkSession, sink_path: str) -> dict[str, Any]:
+def verify(spark: SparkSession, sink_path: str) -> VerifyReport:
     """Checks a sink's log against its output directory; changes nothing.
 
     Every live logged file must exist with the logged size and its batch-tagged name must agree
-    with its logged batch; every log file the log needs must be readable (``logErrors``). Data
+    with its logged batch; every log file the log needs must be readable (``log_errors``). Data
     files the log does not list are reported as ``orphans`` (they do not make a sink unhealthy:
     reads through the log never see them; ``vacuum`` removes old ones). Every live compact file's
-    index (``N.compact.index``) must be proved and match the compact file's bytes; one that does not
-    is listed in ``indexProblems`` (``{"file", "problem"}``) and makes the sink unhealthy: readers
-    rebuild it in memory and compaction never uses it until ``repair`` rewrites it. Missing or
-    legacy (v1) indexes are only counted (``indexesRebuiltInMemory``). ``healthy`` is the verdict.
+    index (``N.compact.index``) must be proved and match the compact file's bytes; one that does
+    not is listed in ``index_problems`` and makes the sink unhealthy: readers rebuild it in
+    memory and compaction never uses it until ``repair`` rewrites it. Missing or legacy (v1)
+    indexes are only counted (``indexes_rebuilt_in_memory``). ``healthy`` is the verdict.
     """
     with jvm_errors():
-        report = batchlog_package(spark).Operations.verify(jsession(spark), sink_path)
-    result: dict[str, Any] = json.loads(report)
-    return result
+        return to_report(spark, VerifyReport, sink(spark, sink_path).verify())
+
+
+def repair_action(
+    spark: SparkSession,
+    sink_path: str,
+    dry_run: bool = False,
+    force: bool = False,
+    quiet: bool = False,
+    compact_interval: int | None = None,
+) -> Action[RepairReport, RepairReport]:
+    """The repair of :func:`repair` as an :class:`Action`."""
+    with jvm_errors():
+        j = sink(spark, sink_path).repair().dryRun(dry_run).force(force).quiet(quiet)
+        if compact_interval is not None:
+            j = j.compactInterval(int(compact_interval))
+    return Action(spark, j, RepairReport, RepairReport)
 
 
 def repair(
@@ -133,7 +223,7 @@ def repair(
     force: bool = False,
     quiet: bool = False,
     compact_interval: int | None = None,
-) -> dict[str, Any]:
+) -> RepairReport:
     """Rebuilds a lost or damaged ``_spark_metadata`` from the data files' batch-tagged names.
 
     Does nothing when the log is healthy (unless ``force``). A damaged log is renamed to
@@ -143,23 +233,26 @@ def repair(
     log was written.
 
     The new log is laid out for the query's compact interval: ``compact_interval`` if given,
-    else the one the sink records (``compactIntervalSource`` says where it came from;
-    ``compactIntervalAssumed`` is true when nothing recorded it and the session's setting was
-    used). When the only problems are damaged compact-file indexes (``indexesOnly``), exactly
-    those are rewritten from their compact files instead (``indexesRewritten``; none with
+    else the one the sink records (``compact_interval_source`` says where it came from;
+    ``compact_interval_assumed`` is true when nothing recorded it and the session's setting was
+    used). When the only problems are damaged compact-file indexes (``indexes_only``), exactly
+    those are rewritten from their compact files instead (``indexes_rewritten``; none with
     ``dry_run``).
     """
+    return repair_action(spark, sink_path, dry_run, force, quiet, compact_interval).execute()
+
+
+def vacuum_action(
+    spark: SparkSession,
+    sink_path: str,
+    older_than: str = "1h",
+    dry_run: bool = True,
+    quiet: bool = False,
+) -> Action[VacuumReport, VacuumReport]:
+    """The vacuum of :func:`vacuum` as an :class:`Action`."""
     with jvm_errors():
-        report = batchlog_package(spark).Operations.repair(
-            jsession(spark),
-            sink_path,
-            dry_run,
-            force,
-            quiet,
-            None if compact_interval is None else int(compact_interval),
-        )
-    result: dict[str, Any] = json.loads(report)
-    return result
+        j = sink(spark, sink_path).vacuum().olderThan(older_than).dryRun(dry_run).quiet(quiet)
+    return Action(spark, j, VacuumReport, VacuumReport)
 
 
 def vacuum(
@@ -168,16 +261,11 @@ def vacuum(
     older_than: str = "1h",
     dry_run: bool = True,
     quiet: bool = False,
-) -> dict[str, Any]:
+) -> VacuumReport:
     """Deletes orphan data files (not in the sink's log) older than ``older_than`` (e.g. ``"1h"``).
 
-    A dry run by default. Never deletes a live logged file, nor a file of a batch after the
-    latest logged one (it may be running). Returns counts and bytes of candidates, deleted and
-    skipped files.
+    A dry run by default. Never deletes a live logged file, nor, while a writer is live, a file
+    of a batch after the latest logged one (it may be running). Reports counts and bytes of
+    candidates, deleted and skipped files.
     """
-    with jvm_errors():
-        report = batchlog_package(spark).Operations.vacuum(
-            jsession(spark), sink_path, older_than, dry_run, quiet
-        )
-    result: dict[str, Any] = json.loads(report)
-    return result
+    return vacuum_action(spark, sink_path, older_than, dry_run, quiet).execute()

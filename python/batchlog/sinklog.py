@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 from pyspark.sql import DataFrame, SparkSession
 
-from batchlog._jvm import batchlog_package, jsession, jvm_errors
+from batchlog._jvm import jvm_errors
+from batchlog.ops import sink, to_report
+from batchlog.reports import SinkSummary
 
 
 class SinkLog:
     """The log of the file sink whose output directory is ``path``.
 
-    Wraps ``io.batchlog.SinkLogApi``. Reads logs written with or without batchlog: an entry whose
+    Wraps ``io.batchlog.BatchLog``. Reads logs written with or without batchlog: an entry whose
     batch cannot be proven is *untagged* (``batch_of`` returns ``None`` for it).
 
     >>> log = SinkLog(spark, "/data/out")
@@ -23,8 +22,9 @@ class SinkLog:
     def __init__(self, spark: SparkSession, path: str) -> None:
         self._spark = spark
         self.path = path
+        self._j = sink(spark, path)
         with jvm_errors():
-            self._j = batchlog_package(spark).SinkLogApi(jsession(spark), path)
+            self._j.metadataPath()  # fails now, with NotASinkError, for a path that is no sink
 
     def latest_batch(self) -> int | None:
         """The latest committed batch id, or ``None`` if the sink has committed nothing."""
@@ -62,17 +62,12 @@ class SinkLog:
         with jvm_errors():
             return DataFrame(self._j.entries(), self._spark)
 
-    def inspect(self, checkpoint: str | None = None) -> dict[str, Any]:
+    def inspect(self, checkpoint: str | None = None) -> SinkSummary:
         """Compaction state, log files, per-batch file counts and bytes, and the rewind horizon.
 
         ``horizon`` is the oldest batch a rewind can reach: the sink's tagged lineage and, given
-        the query's ``checkpoint``, what the checkpoint retains (``minBatchesToRetain``).
+        the query's ``checkpoint``, what the checkpoint retains (``min_batches_to_retain``).
         """
         with jvm_errors():
-            result: dict[str, Any] = json.loads(self._j.inspectJson())
-            result["horizon"] = json.loads(
-                batchlog_package(self._spark).Operations.horizon(
-                    jsession(self._spark), self.path, checkpoint
-                )
-            )
-        return result
+            j = self._j.inspect() if checkpoint is None else self._j.inspect(checkpoint)
+            return to_report(self._spark, SinkSummary, j)

@@ -2,26 +2,43 @@ package io.batchlog
 
 import org.apache.spark.network.util.JavaUtils
 import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.internal.SQLConf
 
 /**
  * Every configuration key batchlog reads, defined once.
  *
  * batchlog honours Spark's own file-sink log settings exactly as `FileStreamSinkLog` does (it reads
- * them from the same `SQLConf` accessors), and adds its own keys under `spark.batchlog.`.
+ * them from the same `SQLConf` accessors, and names them by Spark's own `SQLConf` entries), and
+ * adds its own keys under `spark.batchlog.`, registered as `SQLConf` entries with their docs and
+ * defaults (so `SET -v` lists them). Their values are checked where they are read, with a
+ * [[BatchLogException]] `INVALID_ARGUMENT` that names the key, as every batchlog error does.
  */
 object BatchLogConf {
 
   /** Spark's key that selects the sink's commit protocol; set it to [[CommitProtocolClass]]. */
-  val CommitProtocolKey = "spark.sql.streaming.commitProtocolClass"
+  val CommitProtocolKey: String = SQLConf.STREAMING_FILE_COMMIT_PROTOCOL_CLASS.key
 
   /** The class name users put under [[CommitProtocolKey]]. */
   val CommitProtocolClass: String = classOf[BatchTaggedCommitProtocol].getName
 
   /** Spark's settings that shape the sink log; batchlog honours them unchanged. */
-  val CompactIntervalKey = "spark.sql.streaming.fileSink.log.compactInterval"
-  val CleanupDelayKey = "spark.sql.streaming.fileSink.log.cleanupDelay"
-  val DeletionKey = "spark.sql.streaming.fileSink.log.deletion"
-  val MinBatchesToRetainKey = "spark.sql.streaming.minBatchesToRetain"
+  val CompactIntervalKey: String = SQLConf.FILE_SINK_LOG_COMPACT_INTERVAL.key
+  val CleanupDelayKey: String = SQLConf.FILE_SINK_LOG_CLEANUP_DELAY.key
+  val DeletionKey: String = SQLConf.FILE_SINK_LOG_DELETION.key
+  val MinBatchesToRetainKey: String = SQLConf.MIN_BATCHES_TO_RETAIN.key
+
+  /**
+   * Registers batchlog key `name` as a `SQLConf` entry (a string: batchlog parses it, see above)
+   * and returns it. Once per JVM: a second class loader of the jar (a Spark Connect session's, say)
+   * finds the entry registered and keeps it.
+   */
+  private def key(name: String, doc: String, default: Option[String]): String = {
+    scala.util.Try {
+      val b = SQLConf.buildConf(name).doc(doc).version("0.1.0").stringConf
+      default.fold(b.createOptional.key)(b.createWithDefault(_).key)
+    }
+    name
+  }
 
   /**
    * Retention that keeps lineage: at each compaction, drop the entries of batches older than the
@@ -30,8 +47,17 @@ object BatchLogConf {
    * sink option `retention` does). Entries kept keep their `batchId`; untagged entries are never
    * dropped by batch. Dropped counts are logged and recorded in the compact file's index.
    */
-  val RetentionBatchesKey = "spark.batchlog.retention.batches"
-  val RetentionAgeKey = "spark.batchlog.retention.age"
+  val RetentionBatchesKey: String = key(
+    "spark.batchlog.retention.batches",
+    "At each compaction, drop the entries of batches older than the last N batches.",
+    None
+  )
+  val RetentionAgeKey: String = key(
+    "spark.batchlog.retention.age",
+    "At each compaction, drop entries whose file is older than this duration (e.g. 30d); " +
+      "readers do not see them either.",
+    None
+  )
 
   final case class Retention(batches: Option[Long], ageMs: Option[Long])
 
@@ -45,43 +71,57 @@ object BatchLogConf {
       )
       n
     }
-    val age = spark.conf.getOption(RetentionAgeKey).map { v =>
-      scala.util.Try(JavaUtils.timeStringAsMs(v)).filter(_ > 0).getOrElse(
-        throw BatchLogException.invalidArgument(
-          RetentionAgeKey,
-          v,
-          "it must be a positive duration such as 30d or 12h"
-        )
-      )
-    }
+    val age = spark.conf.getOption(RetentionAgeKey).map(duration(RetentionAgeKey, _, "30d or 12h"))
     Retention(batches, age)
   }
 
   /** Threads that delete files (data files and state files of a rewind, vacuum). */
-  val DeleteParallelismKey = "spark.batchlog.delete.parallelism"
-  val DeleteParallelismDefault = 32
+  private val DeleteParallelismDefault = "32"
+  val DeleteParallelismKey: String = key(
+    "spark.batchlog.delete.parallelism",
+    "Threads that delete files (the data and state files of a rewind, orphans of a vacuum).",
+    Some(DeleteParallelismDefault)
+  )
 
-  def deleteParallelism(spark: SparkSession): Int =
-    spark.conf.getOption(DeleteParallelismKey).map(_.toInt).getOrElse(DeleteParallelismDefault)
+  def deleteParallelism(spark: SparkSession): Int = {
+    val v = spark.conf.getOption(DeleteParallelismKey).getOrElse(DeleteParallelismDefault)
+    scala.util.Try(v.trim.toInt).filter(_ > 0).getOrElse(
+      throw BatchLogException.invalidArgument(
+        DeleteParallelismKey,
+        v,
+        "it must be a positive number"
+      )
+    )
+  }
 
   /**
    * How long a writer lease stays live without a refresh (a duration like `2m`). A query writing a
    * sink refreshes its lease (`_spark_metadata/batchlog-lease.json`) every quarter of this and
    * removes it when it stops; rewind and takeover refuse while a live lease names another writer.
    */
-  val WriterLeaseTimeoutKey = "spark.batchlog.writer.leaseTimeout"
-  val WriterLeaseTimeoutDefault = "2m"
+  private val WriterLeaseTimeoutDefault = "2m"
+  val WriterLeaseTimeoutKey: String = key(
+    "spark.batchlog.writer.leaseTimeout",
+    "How long a writer lease stays live without a refresh; the writing query refreshes it every " +
+      "quarter of this. Rewind, takeover and repair refuse while a lease is live.",
+    Some(WriterLeaseTimeoutDefault)
+  )
 
-  def writerLeaseTimeoutMs(spark: SparkSession): Long = {
-    val v = spark.conf.getOption(WriterLeaseTimeoutKey).getOrElse(WriterLeaseTimeoutDefault)
+  def writerLeaseTimeoutMs(spark: SparkSession): Long =
+    duration(
+      WriterLeaseTimeoutKey,
+      spark.conf.getOption(WriterLeaseTimeoutKey).getOrElse(WriterLeaseTimeoutDefault),
+      "2m or 30s"
+    )
+
+  private def duration(key: String, v: String, example: String): Long =
     scala.util.Try(JavaUtils.timeStringAsMs(v)).filter(_ > 0).getOrElse(
       throw BatchLogException.invalidArgument(
-        WriterLeaseTimeoutKey,
+        key,
         v,
-        "it must be a positive duration such as 2m or 30s"
+        s"it must be a positive duration such as $example"
       )
     )
-  }
 
   /**
    * Test-only fault injection: the JVM halts (as if killed) right after the named rewind step (one

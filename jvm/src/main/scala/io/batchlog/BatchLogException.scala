@@ -49,6 +49,24 @@ object BatchLogException {
   val SinkChangedWhileWriting = "SINK_CHANGED_WHILE_WRITING"
   val BatchOutOfOrder = "BATCH_OUT_OF_ORDER"
 
+  /** Every error code; Python's `batchlog.errors` has one exception class per code (tested). */
+  val Codes: Seq[String] = Seq(
+    NotASink,
+    CorruptLog,
+    MissingLogFile,
+    InvalidArgument,
+    RaceCommittingBatch,
+    NotACheckpoint,
+    UnsupportedCheckpoint,
+    BeyondHorizon,
+    RewindInProgress,
+    QueryActive,
+    WriterActive,
+    SinkOwnedByOtherQuery,
+    SinkChangedWhileWriting,
+    BatchOutOfOrder
+  )
+
   def notASink(path: String): BatchLogException = new BatchLogException(
     NotASink,
     s"$path is not a file-sink output: it has no _spark_metadata directory. Pass the path given to " +

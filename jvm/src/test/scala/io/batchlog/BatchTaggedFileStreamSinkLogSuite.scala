@@ -488,7 +488,7 @@ class BatchTaggedFileStreamSinkLogSuite extends SparkSessionTestBase {
         assert(o2.allFiles().length === expected.size)
         assert(o2.allFiles().count(_.batchId.isEmpty) === 0)
         assert(vanilla(dir).allFiles().map(statusKey).toSet === expected.map(statusKey).toSet)
-        val api = new SinkLogApi(spark, root.toString)
+        val api = BatchLog.forPath(spark, root.toString)
         assert(api.latestBatch() === 17L)
         assert(api.batches().toSeq === (0L to 17L))
         assert(api.files(3L).toSet === batch(3).map(_.path).toSet)

@@ -84,7 +84,7 @@ class CompactIndexSuite extends SparkSessionTestBase {
           assert(runLines.length == n && runLines.forall(l => LogFormat.taggedBatch(l) == b))
         }
         assert(index.entries == lines.length - 1)
-        val api = new SinkLogApi(spark, root.toString)
+        val api = BatchLog.forPath(spark, root.toString)
         (0L to 13L).foreach(b =>
           assert(api.files(b).toSeq == entries(b, perBatch(b)).map(_.path).toSeq)
         )
@@ -101,7 +101,7 @@ class CompactIndexSuite extends SparkSessionTestBase {
         val log = buildSink(root, 9, _ => 2)
         val written = proved(log, 8)
         assert(indexFile(root, 8).delete())
-        val api = new SinkLogApi(spark, root.toString)
+        val api = BatchLog.forPath(spark, root.toString)
         assert(api.files(4).toSeq == entries(4, 2).map(_.path).toSeq)
         assert(api.log.indexOf(8) == written)
         assert(!indexFile(root, 8).exists(), "a read must not write the sink")
@@ -121,7 +121,7 @@ class CompactIndexSuite extends SparkSessionTestBase {
         val written = proved(log, 8)
         assert(written.runs.length == 9 && log.indexProblem(8).isEmpty)
         assert(log.scanIndex(8, statusOf(log, 8)) == written)
-        assert(new SinkLogApi(spark, root.toString).files(4).toSeq == odd(4).map(_.path).toSeq)
+        assert(BatchLog.forPath(spark, root.toString).files(4).toSeq == odd(4).map(_.path).toSeq)
       }
     }
   }
@@ -140,7 +140,7 @@ class CompactIndexSuite extends SparkSessionTestBase {
           case r => r
         }
         CompactIndex.write(fm, path, good.copy(runs = swapped))
-        val api = new SinkLogApi(spark, root.toString)
+        val api = BatchLog.forPath(spark, root.toString)
         assert(api.files(3).toSeq == entries(3, 2).map(_.path).toSeq)
         assert(api.files(4).toSeq == entries(4, 2).map(_.path).toSeq)
         assert(api.log.indexOf(8, rebuild = true) == good)
@@ -162,7 +162,7 @@ class CompactIndexSuite extends SparkSessionTestBase {
         )
         val len = good.compactLength
         assert(prove(log, 5) == Left(s"the compact file is $len bytes, the index says ${len + 1}"))
-        val api = new SinkLogApi(spark, root.toString)
+        val api = BatchLog.forPath(spark, root.toString)
         assert(api.files(2).toSeq == entries(2, 2).map(_.path).toSeq)
         assert(api.log.indexOf(5) == good)
       }
@@ -179,7 +179,7 @@ class CompactIndexSuite extends SparkSessionTestBase {
         assert(prove(log, 5) == Left(s"the compact file's modification time is " +
           s"${good.compactModTime}, the index says 1"))
         assert(
-          new SinkLogApi(spark, root.toString).files(2).toSeq == entries(2, 2).map(_.path).toSeq
+          BatchLog.forPath(spark, root.toString).files(2).toSeq == entries(2, 2).map(_.path).toSeq
         )
         assert(log.indexOf(5) == good)
       }
@@ -249,7 +249,7 @@ class CompactIndexSuite extends SparkSessionTestBase {
 
   /** Reads and a following compaction give exactly the right entries despite the damage. */
   private def assertReadsAndCompactionExact(root: File, perBatch: Long => Int): Unit = {
-    val api = new SinkLogApi(spark, root.toString)
+    val api = BatchLog.forPath(spark, root.toString)
     (0L to 10L).foreach { b =>
       assert(api.files(b).toSeq.sorted == entries(b, perBatch(b)).map(_.path).toSeq.sorted, b)
     }
@@ -263,7 +263,7 @@ class CompactIndexSuite extends SparkSessionTestBase {
     val index = proved(log, 11)
     assert(log.indexProblem(11).isEmpty)
     assert(index == log.scanIndex(11, statusOf(log, 11)))
-    val after = new SinkLogApi(spark, root.toString)
+    val after = BatchLog.forPath(spark, root.toString)
     (0L to 11L).foreach { b =>
       assert(after.files(b).toSeq.sorted == entries(b, perBatch(b)).map(_.path).toSeq.sorted, b)
     }

@@ -112,8 +112,8 @@ class FaultInjectionSuite extends AnyFunSuite with BeforeAndAfterAll {
   private def assertSinkHolds(out: File, batches: Int): Unit = {
     assertNoHalfWrittenLogFile(out)
     val report = Verify.run(spark, out.getPath)
-    assert(report.healthy, report.toJson)
-    val api = new SinkLogApi(spark, out.getPath)
+    assert(report.healthy, report)
+    val api = BatchLog.forPath(spark, out.getPath)
     assert(api.latestBatch() == batches - 1)
     api.log.foreachLiveEntry { e =>
       assert(e.batchId.isDefined && e.batchId == DataFileNaming.batchIdOf(e.path), e.toString)

@@ -17,8 +17,9 @@ import org.scalatest.funsuite.AnyFunSuite
  *      truncation, layout, data file naming, the JSON records beside the log), `checkpoint/`
  *      (reading a query checkpoint), `faults/` (the fault-injecting file manager for tests); 2. the
  *      commit path: `commit/` (the writer guard), `BatchTaggedCommitProtocol`; 3. operations:
- *      `ops/` (rewind, takeover, adopt, read, verify, repair, vacuum); 4. facades: `SinkLogApi`,
- *      `Operations` (what Python and the CLI call).
+ *      `ops/` (reading by batch, rewind, takeover, adopt, read, verify, repair, vacuum, and their
+ *      reports); 4. entry points: `BatchLog` (the public API) and `api/` (actions, the JSON
+ *      serializer).
  *
  * Read from the sources: an `import io.batchlog...` or a qualified `io.batchlog.x.Y` in code (not
  * in comments) names the layer it uses.
@@ -34,7 +35,7 @@ class LayeringSuite extends AnyFunSuite {
     case r if r.startsWith("log/") || r.startsWith("checkpoint/") || r.startsWith("faults/") => 1
     case r if r.startsWith("commit/") || r == "BatchTaggedCommitProtocol.scala" => 2
     case r if r.startsWith("ops/") => 3
-    case "SinkLogApi.scala" | "Operations.scala" => 4
+    case r if r.startsWith("api/") || r == "BatchLog.scala" => 4
     case other => fail(s"$other has no layer: add it to LayeringSuite and the README's layout")
   }
 
@@ -44,7 +45,7 @@ class LayeringSuite extends AnyFunSuite {
     case "log" | "checkpoint" | "faults" => 1
     case "commit" | "BatchTaggedCommitProtocol" => 2
     case "ops" => 3
-    case "SinkLogApi" | "Operations" | "ExactPathTextInputFormat" => 4
+    case "api" | "BatchLog" => 4
     case brace if brace.startsWith("{") =>
       brace.stripPrefix("{").split("[,}]").map(_.trim).filter(_.nonEmpty).map(layerOfRef).max
     case other => fail(s"io.batchlog.$other has no layer")

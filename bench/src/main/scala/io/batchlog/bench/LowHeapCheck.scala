@@ -6,7 +6,7 @@ import org.apache.hadoop.fs.Path
 
 import org.apache.spark.sql.SparkSession
 
-import io.batchlog.SinkLogApi
+import io.batchlog.BatchLog
 import io.batchlog.log.{BatchTaggedFileStreamSinkLog, SinkLogEntry}
 import io.batchlog.ops.ReadByBatch
 
@@ -72,7 +72,7 @@ object LowHeapCheck {
       }
       s"latest batch ${log.getLatestBatchId().get}"
     }
-    val api = new SinkLogApi(spark, out.toString)
+    val api = BatchLog.forPath(spark, out.toString)
     Seq(0, batches / 2, last).foreach(b =>
       timed(s"files(batch $b)")(s"${api.files(b).length} files")
     )

@@ -7,7 +7,7 @@ import org.apache.hadoop.fs.Path
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.execution.streaming.sinks.{FileStreamSinkLog, SinkFileStatus}
 
-import io.batchlog.SinkLogApi
+import io.batchlog.BatchLog
 import io.batchlog.log.{BatchTaggedFileStreamSinkLog, SinkLogEntry}
 
 /**
@@ -95,7 +95,7 @@ object SinkLogBench {
     val oList = HeapMeter.measure { var n = 0L; ours.foreachLiveEntry(_ => n += 1); n }
     require(oList.result == total, s"batchlog lists ${oList.result}")
 
-    val api = new SinkLogApi(spark, dir.resolve("batchlog").toString)
+    val api = BatchLog.forPath(spark, dir.resolve("batchlog").toString)
     val filesMs = Seq(0, batches / 2, lastBatch).map { b =>
       api.files(b) // warm-up (the first call may build nothing: the index is written at compaction)
       val m = HeapMeter.measure(api.files(b).length)

@@ -96,7 +96,8 @@ object CompactIndex {
   def pathOf(compactFile: Path): Path =
     new Path(compactFile.getParent, compactFile.getName + Suffix)
 
-  def isIndexFile(name: String): Boolean = name.endsWith(".compact" + Suffix)
+  def isIndexFile(name: String): Boolean =
+    name.endsWith(Suffix) && LogLayout.isCompactName(name.stripSuffix(Suffix))
 
   def crcOf(bytes: Array[Byte], len: Int): Long = {
     val c = new CRC32C

@@ -24,7 +24,7 @@ object LogLayout {
   def compactIds(fm: CheckpointFileManager, dir: Path): Seq[Long] =
     if (!fm.exists(dir)) Nil
     else
-      fm.list(dir).map(_.getPath.getName).filter(_.endsWith(COMPACT_FILE_SUFFIX))
+      fm.list(dir).map(_.getPath.getName).filter(isCompactName)
         .flatMap(n => scala.util.Try(getBatchIdFromFileName(n)).toOption)
         .sorted(Ordering.Long.reverse).toSeq
 
@@ -42,11 +42,24 @@ object LogLayout {
     })
   }
 
-  /** The newest `n` compaction batches at or below `latest` for `interval`, oldest first. */
+  /**
+   * The newest `n` compaction batches at or below `latest` for `interval`, oldest first (Spark's
+   * schedule: the one before [[CompactibleFileStreamLog.nextCompactionBatchId]]).
+   */
   def lastCompactions(latest: Long, interval: Int, n: Int): Seq[Long] = {
-    val newest = (latest + 1) / interval * interval - 1
+    val newest = nextCompactionBatchId(latest, interval) - interval
     (0 until n).map(i => newest - i.toLong * interval).filter(_ >= 0).reverse
   }
+
+  /** The name of log file `id`: `N.compact` for a compact file, else `N` (Spark's naming). */
+  def fileName(id: Long, isCompact: Boolean): String =
+    if (isCompact) s"$id$COMPACT_FILE_SUFFIX" else id.toString
+
+  /** The name of log file `id` in a log compacted every `interval` batches. */
+  def fileName(id: Long, interval: Int): String = fileName(id, isCompactionBatch(id, interval))
+
+  /** True for a compact file's name (`N.compact`). */
+  def isCompactName(name: String): Boolean = name.endsWith(COMPACT_FILE_SUFFIX)
 
   /**
    * Why the log in `dir` does not fit `interval` (from `source`), if it does not: compact files off
@@ -61,8 +74,7 @@ object LogLayout {
   ): Option[String] = {
     val names =
       if (!fm.exists(dir)) Set.empty[String] else fm.list(dir).map(_.getPath.getName).toSet
-    def nameOf(id: Long) =
-      if (isCompactionBatch(id, interval)) s"$id$COMPACT_FILE_SUFFIX" else id.toString
+    def nameOf(id: Long) = fileName(id, interval)
     val ids = listIds(fm, dir)
     val offInterval = compactIds(fm, dir).filterNot(c => isCompactionBatch(c, interval)).reverse
     val missing = ids.lastOption.toSeq
@@ -73,7 +85,7 @@ object LogLayout {
         if (missing.isEmpty) None else Some(s"it lacks ${missing.mkString(", ")}"),
         if (offInterval.isEmpty) None
         else Some(
-          s"its ${offInterval.map(c => s"$c$COMPACT_FILE_SUFFIX").mkString(", ")} fall off " +
+          s"its ${offInterval.map(fileName(_, isCompact = true)).mkString(", ")} fall off " +
             "that interval's compaction batches"
         )
       ).flatten.mkString(" and ")

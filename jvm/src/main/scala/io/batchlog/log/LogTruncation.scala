@@ -35,8 +35,7 @@ final case class LogTruncation(
 
   def isNoop: Boolean = rebuild.isEmpty && delete.isEmpty
 
-  def fileName(id: Long): String =
-    if (isCompactionBatch(id, interval)) s"$id$COMPACT_FILE_SUFFIX" else id.toString
+  def fileName(id: Long): String = LogLayout.fileName(id, interval)
 }
 
 object LogTruncation {

@@ -1,8 +1,5 @@
 package io.batchlog.ops
 
-import org.json4s.JsonDSL._
-import org.json4s.jackson.JsonMethods.{compact, render}
-
 import org.apache.spark.sql.SparkSession
 
 import io.batchlog.BatchLogException
@@ -18,7 +15,7 @@ import io.batchlog.log.{BatchTaggedFileStreamSinkLog, LineageProof, LogFiles, Lo
  */
 object Adopt {
 
-  def run(spark: SparkSession, sinkPath: String, dryRun: Boolean, quiet: Boolean): String = {
+  def run(spark: SparkSession, sinkPath: String, dryRun: Boolean, quiet: Boolean): AdoptReport = {
     val (log, compacts, proof) = BatchLogException.unchanged {
       val meta = BatchTaggedFileStreamSinkLog.metadataPathOf(spark, sinkPath)
       val log = new BatchTaggedFileStreamSinkLog(spark, meta.toString)
@@ -66,11 +63,14 @@ object Adopt {
       }
       progress.step(i + 1, compacts.length)
     }
-    compact(render(
-      ("sink" -> meta.getParent.toString) ~ ("dryRun" -> dryRun) ~
-        ("compactFiles" -> compacts.length) ~ ("compactFilesRewritten" -> rewritten) ~
-        ("entriesTagged" -> newlyTagged) ~ ("entriesUntagged" -> stillUntagged) ~
-        ("untaggedHorizon" -> Horizon.ofSink(log))
-    ))
+    AdoptReport(
+      meta.getParent.toString,
+      dryRun,
+      compacts.length,
+      rewritten,
+      newlyTagged,
+      stillUntagged,
+      Horizon.ofSink(log)
+    )
   }
 }

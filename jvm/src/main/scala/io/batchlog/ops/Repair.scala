@@ -3,12 +3,9 @@ package io.batchlog.ops
 import scala.collection.mutable
 
 import org.apache.hadoop.fs.{FileStatus, FileSystem, Path}
-import org.json4s.JsonDSL._
-import org.json4s.jackson.JsonMethods.{compact, render}
 
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager
-import org.apache.spark.sql.execution.streaming.runtime.CompactibleFileStreamLog
 import org.apache.spark.sql.execution.streaming.sinks.SinkFileStatus
 
 import io.batchlog.{BatchLogConf, BatchLogException}
@@ -91,39 +88,47 @@ object Repair {
     def indexesOnly: Boolean =
       logExists && indexProblems.nonEmpty && logProblems.length == indexProblems.length
 
-    def toJson(
-        result: Option[(Boolean, Option[Path])],
-        indexesRewritten: Seq[Path] = Nil
-    ): String = compact(render(
-      ("sink" -> sink.toString) ~ ("metadataPath" -> metadataPath.toString) ~
-        ("logExists" -> logExists) ~ ("logHealthy" -> logHealthy) ~
-        ("logProblems" -> logProblems.toList) ~ ("needed" -> needed) ~
-        ("compactInterval" -> compactInterval) ~
-        ("compactIntervalSource" -> interval.source) ~
-        ("compactIntervalAssumed" -> interval.assumed) ~
-        ("owner" -> record.flatMap(_.owner).map(_.queryId)) ~
-        ("rewindInProgress" -> intent.map(_.toBatch)) ~
-        ("latestBatch" -> latestBatch) ~
-        ("dataFiles" -> files.length) ~ ("dataBytes" -> files.map(_._2.getLen).sum) ~
-        ("logFiles" -> logFiles.toList.map { case (id, isCompact, entries) =>
-          ("name" -> (if (isCompact) s"$id.compact" else id.toString)) ~
-            ("entries" -> entries.length) ~
-            ("batches" -> entries.map(_._1).distinct.length)
-        }) ~
-        ("batches" -> files.groupBy(_._1).toList.sortBy(_._1).map { case (b, fs) =>
-          ("batchId" -> b) ~ ("files" -> fs.length) ~ ("bytes" -> fs.map(_._2.getLen).sum)
-        }) ~
-        ("untaggedCount" -> untagged.length) ~
-        ("untagged" -> untagged.take(Verify.ListLimit).map(_.getPath.toString).toList) ~
-        ("suspectBatches" -> suspectBatches.toList) ~
-        ("written" -> result.map(_._1)) ~
-        ("movedAside" -> result.flatMap(_._2).map(_.toString)) ~
-        ("indexProblems" -> indexProblems.toList.map { p =>
-          ("file" -> p.file.toString) ~ ("problem" -> p.problem)
-        }) ~
-        ("indexesOnly" -> indexesOnly) ~
-        ("indexesRewritten" -> indexesRewritten.map(_.toString).toList)
-    ))
+    /** The plan as a report: what a dry run prints, and, with the outcome, what a run did. */
+    def report(
+        dryRun: Boolean,
+        written: Boolean = false,
+        movedAside: Option[Path] = None,
+        indexesRewritten: Seq[String] = Nil
+    ): RepairReport = RepairReport(
+      sink.toString,
+      metadataPath.toString,
+      logExists,
+      logHealthy,
+      logProblems,
+      needed,
+      compactInterval,
+      interval.source,
+      interval.assumed,
+      record.flatMap(_.owner).map(_.queryId),
+      intent.map(_.toBatch),
+      latestBatch,
+      files.length,
+      files.map(_._2.getLen).sum,
+      logFiles.map { case (id, isCompact, entries) =>
+        RepairLogFile(
+          LogLayout.fileName(id, isCompact),
+          entries.length,
+          entries.map(_._1).distinct.length
+        )
+      },
+      files.groupBy(_._1).toSeq.sortBy(_._1).map { case (b, fs) =>
+        BatchFiles(b, fs.length, fs.map(_._2.getLen).sum)
+      },
+      untagged.length,
+      untagged.take(Reports.ListLimit).map(_.getPath.toString),
+      suspectBatches,
+      indexProblems,
+      indexesOnly,
+      dryRun,
+      written,
+      movedAside.map(_.toString),
+      indexesRewritten
+    )
   }
 
   private val BrokenPrefix = s"${BatchTaggedFileStreamSinkLog.MetadataDir}.broken-"
@@ -162,7 +167,11 @@ object Repair {
       ))
   }
 
-  def plan(spark: SparkSession, sinkPath: String, compactInterval: Option[Int] = None): Plan = {
+  /** Plans a repair from the output directory and what is left of the log, changing nothing. */
+  def plan(spark: SparkSession, sinkPath: String, compactInterval: Option[Int] = None): Plan =
+    BatchLogException.unchanged(planOf(spark, sinkPath, compactInterval))
+
+  private def planOf(spark: SparkSession, sinkPath: String, compactInterval: Option[Int]): Plan = {
     if (sinkPath == null || sinkPath.isEmpty) {
       throw BatchLogException.invalidArgument("path", "''", "give the sink's output directory")
     }
@@ -194,12 +203,12 @@ object Repair {
         intent = scala.util.Try(RewindIntent.read(fmOf(meta), meta)).toOption.flatten
         val report = Verify.run(spark, sinkPath)
         problems ++= report.logErrors
-        if (report.missing.nonEmpty) problems += s"${report.missing.length} logged files missing"
-        if (report.sizeMismatch.nonEmpty) {
-          problems += s"${report.sizeMismatch.length} logged files have another size"
+        if (report.missingCount > 0) problems += s"${report.missingCount} logged files missing"
+        if (report.sizeMismatchCount > 0) {
+          problems += s"${report.sizeMismatchCount} logged files have another size"
         }
-        if (report.wrongBatch.nonEmpty) {
-          problems += s"${report.wrongBatch.length} entries logged under another batch"
+        if (report.wrongBatchCount > 0) {
+          problems += s"${report.wrongBatchCount} entries logged under another batch"
         }
         if (!record.exists(_._2 == meta) || compactInterval.isDefined) {
           problems ++= LogLayout.misfit(fmOf(meta), meta, interval.interval, interval.source)
@@ -257,21 +266,19 @@ object Repair {
   }
 
   /**
-   * Plans and, unless `dryRun` or the log is healthy (and `force` is false), rebuilds the log.
-   * Refuses while a rewind is unfinished, and while a live writer holds the sink unless `force`.
-   * JSON: the plan plus `written` and `movedAside`. A failure says exactly what it left.
+   * Carries out `p` unless `dryRun` or the log is healthy (and `force` is false): rebuilds the log,
+   * or rewrites only the damaged indexes. Refuses while a rewind is unfinished, and while a live
+   * writer holds the sink unless `force`. A failure says exactly what it left.
    */
-  def run(
+  def apply(
       spark: SparkSession,
-      sinkPath: String,
+      p: Plan,
       dryRun: Boolean,
       force: Boolean,
-      quiet: Boolean,
-      compactInterval: Option[Int] = None
-  ): String = {
+      quiet: Boolean
+  ): RepairReport = {
     val hadoopConf = spark.sessionState.newHadoopConf()
-    val p = BatchLogException.unchanged {
-      val p = plan(spark, sinkPath, compactInterval)
+    BatchLogException.unchanged {
       if (!dryRun && (p.needed || force)) {
         p.intent.foreach(i =>
           throw BatchLogException.rewindInProgress(i.sink, i.toBatch, i.checkpoint)
@@ -284,10 +291,9 @@ object Repair {
           )
         }
       }
-      p
     }
     if (p.indexesOnly && !force) return rewriteIndexes(spark, p, dryRun)
-    if (dryRun || (!p.needed && !force)) return p.toJson(Some((false, None)))
+    if (dryRun || (!p.needed && !force)) return p.report(dryRun)
     val progress = new Progress("repair: log files", quiet)
     val fs = p.sink.getFileSystem(hadoopConf)
     val ts = System.currentTimeMillis()
@@ -325,7 +331,7 @@ object Repair {
       )
     }
     aside.foreach(b => progress.note(s"the damaged log was moved to $b"))
-    p.toJson(Some((true, aside)))
+    p.report(dryRun, written = true, movedAside = aside)
   }
 
   /** The new log and its record into `dir`. */
@@ -333,11 +339,15 @@ object Repair {
     fm.mkdirs(dir)
     val toWrite = p.logFiles
     toWrite.zipWithIndex.foreach { case ((id, isCompact, entries), i) =>
-      val name = if (isCompact) s"$id${CompactibleFileStreamLog.COMPACT_FILE_SUFFIX}" else s"$id"
-      LogFiles.writeAtomic(fm, new Path(dir, name), overwrite = false) { w =>
-        entries.foreach { case (b, f) =>
-          LogFiles.writeLine(w, LogFormat.encode(SinkLogEntry(SinkFileStatus(f), b)))
-        }
+      LogFiles.writeAtomic(
+        fm,
+        new Path(dir, LogLayout.fileName(id, isCompact)),
+        overwrite = false
+      ) {
+        w =>
+          entries.foreach { case (b, f) =>
+            LogFiles.writeLine(w, LogFormat.encode(SinkLogEntry(SinkFileStatus(f), b)))
+          }
       }
       progress.step(i + 1, toWrite.length)
     }
@@ -355,10 +365,10 @@ object Repair {
   }
 
   /** Rewrites (unless `dryRun`) exactly the damaged indexes of `p`, each from its compact file. */
-  private def rewriteIndexes(spark: SparkSession, p: Plan, dryRun: Boolean): String = {
-    if (dryRun) return p.toJson(Some((false, None)))
+  private def rewriteIndexes(spark: SparkSession, p: Plan, dryRun: Boolean): RepairReport = {
+    if (dryRun) return p.report(dryRun)
     val log = new BatchTaggedFileStreamSinkLog(spark, p.metadataPath.toString)
     p.indexProblems.foreach(ip => log.writeIndex(ip.compactId))
-    p.toJson(Some((false, None)), p.indexProblems.map(_.file))
+    p.report(dryRun, indexesRewritten = p.indexProblems.map(_.file))
   }
 }

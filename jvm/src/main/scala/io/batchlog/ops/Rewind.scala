@@ -3,8 +3,6 @@ package io.batchlog.ops
 import scala.collection.mutable
 
 import org.apache.hadoop.fs.Path
-import org.json4s.JsonDSL._
-import org.json4s.jackson.JsonMethods.{compact, render}
 
 import org.apache.spark.paths.SparkPath
 import org.apache.spark.sql.SparkSession
@@ -20,69 +18,6 @@ import io.batchlog.log.{
   LogTruncation,
   RewindIntent,
   SinkRecord
-}
-
-/** A data file a rewind deletes; `logged` is false for an orphan found by its batch-tagged name. */
-final case class DataFileToDelete(path: Path, size: Long, batchId: Long, logged: Boolean)
-
-/**
- * What a rewind of a sink and its query's checkpoint to batch `toBatch` will do: computed from
- * listings and log contents only, changing nothing (a dry run prints it). See [[Rewind]].
- */
-final case class RewindPlan(
-    sink: Path,
-    metadataPath: Path,
-    checkpoint: Path,
-    toBatch: Long,
-    sinkLatest: Long,
-    offsetsLatest: Long,
-    commitsLatest: Long,
-    sinkHorizon: Long,
-    checkpointHorizon: Long,
-    dataFiles: Seq[DataFileToDelete],
-    sinkLog: LogTruncation,
-    sourceLogs: Seq[(Int, LogTruncation)],
-    stateFiles: Seq[(Path, Long)],
-    removeStateDir: Boolean,
-    commitsToDelete: Seq[Long],
-    offsetsToDelete: Seq[Long],
-    resuming: Boolean,
-    queryId: String,
-    force: Boolean
-) {
-
-  def horizon: Long = math.max(sinkHorizon, checkpointHorizon)
-
-  /** True if carrying the plan out changes nothing (a rewind to the batch after the latest). */
-  def isNoop: Boolean =
-    dataFiles.isEmpty && sinkLog.isNoop && sourceLogs.isEmpty && stateFiles.isEmpty &&
-      !removeStateDir && commitsToDelete.isEmpty && offsetsToDelete.isEmpty
-
-  def toJson: String = {
-    def trunc(t: LogTruncation) =
-      ("dir" -> t.dir.toString) ~ ("keepUpTo" -> t.keepUpTo) ~
-        ("rebuild" -> t.rebuild.map(t.fileName)) ~ ("delete" -> t.delete.map(t.fileName))
-    compact(render(
-      ("sink" -> sink.toString) ~ ("checkpoint" -> checkpoint.toString) ~ ("toBatch" -> toBatch) ~
-        ("sinkLatestBatch" -> sinkLatest) ~ ("offsetsLatest" -> offsetsLatest) ~
-        ("commitsLatest" -> commitsLatest) ~ ("horizon" -> horizon) ~
-        ("sinkHorizon" -> sinkHorizon) ~ ("checkpointHorizon" -> checkpointHorizon) ~
-        ("resuming" -> resuming) ~ ("queryId" -> queryId) ~ ("force" -> force) ~
-        ("affectedBatches" -> (if (sinkLatest >= toBatch) (toBatch to sinkLatest).toList
-                               else Nil)) ~
-        ("dataFiles" -> dataFiles.length) ~ ("dataBytes" -> dataFiles.map(_.size).sum) ~
-        ("orphanFiles" -> dataFiles.count(!_.logged)) ~
-        ("dataFilesPerBatch" -> dataFiles.groupBy(_.batchId).toList.sortBy(_._1).map {
-          case (b, fs) =>
-            ("batchId" -> b) ~ ("files" -> fs.length) ~ ("bytes" -> fs.map(_.size).sum)
-        }) ~
-        ("sinkLog" -> trunc(sinkLog)) ~
-        ("sourceLogs" -> sourceLogs.map { case (i, t) => ("source" -> i) ~ trunc(t) }) ~
-        ("stateFiles" -> stateFiles.map(_._1.toString)) ~
-        ("stateBytes" -> stateFiles.map(_._2).sum) ~ ("removeStateDir" -> removeStateDir) ~
-        ("commitsToDelete" -> commitsToDelete) ~ ("offsetsToDelete" -> offsetsToDelete)
-    ))
-  }
 }
 
 /**
@@ -103,55 +38,6 @@ final case class RewindPlan(
  * next batch and reaches the sink), and while the record exists the commit protocol refuses the
  * sink, so a query restarted on a half-rewound sink fails instead of silently skipping batches.
  */
-/**
- * The rewind horizon: the oldest batch a rewind can reach, the later of the sink's tagged lineage
- * and what the checkpoint retains.
- */
-object Horizon {
-
-  /**
-   * A rewind to N > 0 needs `offsets/N-1` and `commits/N-1` (and `offsets/N` for exact replay);
-   * Spark purges both below `latest - minBatchesToRetain`.
-   */
-  def ofCheckpoint(offsets: Seq[Long], commits: Seq[Long]): Long =
-    if (offsets.isEmpty || offsets.head == 0) 0L
-    else math.max(offsets.head, commits.headOption.getOrElse(offsets.head)) + 1
-
-  /**
-   * Untagged entries (no tag, no batch-tagged name, no proof from surviving log files) can only be
-   * in the latest compact file `c`, from a batch <= c whose entries are not all known. A batch's
-   * entries are all known if any of them carries its batch (batchlog tags and names every file of
-   * the batches it writes; a proof enumerates the batch) or the surviving log files prove the batch
-   * ([[io.batchlog.log.LineageProof]]). The horizon is just above the newest batch that is not
-   * known: a rewind to it or later finds every file of the batches it redoes.
-   */
-  def ofSink(log: BatchTaggedFileStreamSinkLog): Long =
-    log.liveLogBatchIds().headOption.filter(log.isCompactFile).map(c => c -> log.indexOf(c).runs)
-      .collect {
-        case (c, runs) if runs.exists(_.batchId.isEmpty) =>
-          val known = runs.flatMap(_.batchId).toSet ++ log.lineageProof(c).provenBatches
-          (c to 0L by -1L).find(b => !known(b)).getOrElse(c) + 1
-      }.getOrElse(0L)
-
-  /** JSON for `inspect`: the sink's horizon and, given a checkpoint, the checkpoint's. */
-  def json(spark: SparkSession, sinkPath: String, checkpointPath: Option[String]): String = {
-    val log =
-      new BatchTaggedFileStreamSinkLog(
-        spark,
-        BatchTaggedFileStreamSinkLog.metadataPathOf(spark, sinkPath).toString
-      )
-    val sink = ofSink(log)
-    val checkpoint = checkpointPath.map(new QueryCheckpoint(spark, _))
-    val cp = checkpoint.map(c => ofCheckpoint(c.offsetIds, c.commitIds))
-    val owner = SinkRecord.read(log.checkpointFileManager, log.metadataPath).flatMap(_.owner)
-    compact(render(("sinkHorizon" -> sink) ~ ("checkpointHorizon" -> cp) ~
-      ("horizon" -> cp.map(math.max(_, sink)).getOrElse(sink)) ~
-      ("minBatchesToRetain" -> BatchLogConf.sinkLogSettings(spark).minBatchesToRetain) ~
-      ("owner" -> owner.map(_.queryId)) ~ ("ownerSince" -> owner.map(_.fromBatch)) ~
-      ("checkpointQueryId" -> checkpoint.map(_.queryId))))
-  }
-}
-
 object Rewind {
 
   val Steps: Seq[String] = Seq(
@@ -307,10 +193,10 @@ object Rewind {
   }
 
   /**
-   * Carries out `plan`, step by step; returns a JSON report. A failure after the fence leaves the
-   * intent in place: its error says to re-run the same rewind, which finishes the job.
+   * Carries out `plan`, step by step. A failure after the fence leaves the intent in place: its
+   * error says to re-run the same rewind, which finishes the job.
    */
-  def apply(spark: SparkSession, plan: RewindPlan, quiet: Boolean): String = {
+  def apply(spark: SparkSession, plan: RewindPlan, quiet: Boolean): RewindResult = {
     val hadoopConf = spark.sessionState.newHadoopConf()
     val sinkFm = CheckpointFileManager.create(plan.metadataPath, hadoopConf)
     val cpFm = CheckpointFileManager.create(plan.checkpoint, hadoopConf)
@@ -407,8 +293,7 @@ object Rewind {
     }
     step("done")(RewindIntent.delete(sinkFm, plan.metadataPath))
     val ms = (System.nanoTime() - startNs) / 1000000
-    compact(render(("toBatch" -> plan.toBatch) ~ ("dataFilesDeleted" -> deleted) ~
-      ("dataBytes" -> plan.dataFiles.map(_.size).sum) ~ ("elapsedMs" -> ms)))
+    RewindResult(plan.toBatch, deleted, plan.dataFiles.map(_.size).sum, ms)
   }
 
   private def refuseIfActive(spark: SparkSession, sink: Path): Unit = {

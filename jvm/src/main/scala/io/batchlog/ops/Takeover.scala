@@ -1,8 +1,5 @@
 package io.batchlog.ops
 
-import org.json4s.JsonDSL._
-import org.json4s.jackson.JsonMethods.{compact, render}
-
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager
 
@@ -37,24 +34,25 @@ object Takeover {
 
     def noop: Boolean = previousOwner.exists(_.queryId == queryId)
 
-    def toJson(dryRun: Boolean, done: Boolean): String = compact(render(
-      ("sink" -> sink) ~ ("checkpoint" -> checkpoint) ~ ("queryId" -> queryId) ~
-        ("previousOwner" -> previousOwner.map(_.queryId)) ~
-        ("previousOwnerSince" -> previousOwner.map(_.fromBatch)) ~
-        ("sinkLatestBatch" -> sinkLatest) ~ ("fromBatch" -> fromBatch) ~
-        ("checkpointNextBatch" -> checkpointNextBatch) ~ ("skippedBatches" -> skippedBatches) ~
-        ("alreadyOwner" -> noop) ~ ("dryRun" -> dryRun) ~ ("done" -> done)
-    ))
+    def report(dryRun: Boolean, done: Boolean): TakeoverReport = TakeoverReport(
+      sink,
+      checkpoint,
+      queryId,
+      previousOwner.map(_.queryId),
+      previousOwner.map(_.fromBatch),
+      sinkLatest,
+      fromBatch,
+      checkpointNextBatch,
+      skippedBatches,
+      alreadyOwner = noop,
+      dryRun,
+      done
+    )
   }
 
-  def run(
-      spark: SparkSession,
-      sinkPath: String,
-      checkpointPath: String,
-      dryRun: Boolean,
-      force: Boolean
-  ): String = {
-    val plan = BatchLogException.unchanged {
+  /** Plans a takeover, changing nothing; refuses while a live writer holds the sink. */
+  def plan(spark: SparkSession, sinkPath: String, checkpointPath: String, force: Boolean): Plan =
+    BatchLogException.unchanged {
       val meta = BatchTaggedFileStreamSinkLog.metadataPathOf(spark, sinkPath)
       val fm = CheckpointFileManager.create(meta, spark.sessionState.newHadoopConf())
       WriterFence.refuseLiveWriter(fm, meta, force)
@@ -70,7 +68,10 @@ object Takeover {
         log.interval
       )
     }
-    if (dryRun || plan.noop) return plan.toJson(dryRun, done = false)
+
+  /** Carries out `plan` unless `dryRun` (or the query already owns the sink). */
+  def apply(spark: SparkSession, sinkPath: String, plan: Plan, dryRun: Boolean): TakeoverReport = {
+    if (dryRun || plan.noop) return plan.report(dryRun, done = false)
     val meta = BatchTaggedFileStreamSinkLog.metadataPathOf(spark, sinkPath)
     val fm = CheckpointFileManager.create(meta, spark.sessionState.newHadoopConf())
     val now = System.currentTimeMillis()
@@ -78,6 +79,6 @@ object Takeover {
       case Some(r) => r.copy(owners = r.owners :+ SinkOwner(plan.queryId, plan.fromBatch, now))
       case None => SinkRecord.first(plan.queryId, plan.fromBatch, plan.compactInterval, now)
     }
-    plan.toJson(dryRun, done = true)
+    plan.report(dryRun, done = true)
   }
 }

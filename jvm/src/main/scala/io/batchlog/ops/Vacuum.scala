@@ -2,9 +2,6 @@ package io.batchlog.ops
 
 import scala.collection.mutable
 
-import org.json4s.JsonDSL._
-import org.json4s.jackson.JsonMethods.{compact, render}
-
 import org.apache.spark.network.util.JavaUtils
 import org.apache.spark.sql.SparkSession
 
@@ -37,13 +34,11 @@ object Vacuum {
     ms
   }
 
-  def run(
-      spark: SparkSession,
-      sinkPath: String,
-      olderThan: String,
-      dryRun: Boolean,
-      quiet: Boolean
-  ): String = {
+  /** What a vacuum will delete: the candidates, and the report a dry run gives. */
+  final case class Plan(report: VacuumReport, toDelete: Seq[Verify.Orphan])
+
+  /** Plans a vacuum of the orphans older than `olderThan`, changing nothing. */
+  def plan(spark: SparkSession, sinkPath: String, olderThan: String): Plan = {
     val olderThanMs = parseDuration(olderThan)
     val hadoopConf = spark.sessionState.newHadoopConf()
     val meta = BatchTaggedFileStreamSinkLog.metadataPathOf(spark, sinkPath)
@@ -53,8 +48,7 @@ object Vacuum {
     val latest = log.getLatestBatchId().getOrElse(-1L)
     val logged = mutable.HashSet.empty[String]
     log.foreachLiveEntry(e => logged += Verify.key(Verify.entryPath(e)))
-    val now = System.currentTimeMillis()
-    val cutoff = now - olderThanMs
+    val cutoff = System.currentTimeMillis() - olderThanMs
 
     val orphans = Verify.orphans(fs, sink, logged)
     // Files of a batch after the latest may belong to a batch running now, unless no writer is
@@ -62,33 +56,40 @@ object Vacuum {
     val writerLive = WriterFence.liveWriter(log.checkpointFileManager, meta).isDefined
     val (running, settled) = orphans.partition(o => writerLive && o.batchId.exists(_ > latest))
     val (toDelete, recent) = settled.partition(_.modificationTime <= cutoff)
-    val deleted =
-      if (dryRun) 0L
-      else {
-        ParallelDelete(
-          toDelete.map(_.path),
-          hadoopConf,
-          BatchLogConf.deleteParallelism(spark),
-          new Progress("vacuum: deleting orphan files", quiet)
-        )
-      }
-    def bytes(fs: Seq[OrphanFile]) = fs.map(_.size).sum
-    compact(render(
-      ("sink" -> sink.toString) ~ ("dryRun" -> dryRun) ~ ("latestBatch" -> latest) ~
-        ("olderThanMs" -> olderThanMs) ~ ("cutoffTime" -> cutoff) ~
-        ("liveFiles" -> logged.size) ~
-        ("orphanFiles" -> orphans.length) ~ ("orphanBytes" -> bytes(orphans)) ~
-        ("candidateFiles" -> toDelete.length) ~ ("candidateBytes" -> bytes(toDelete)) ~
-        ("deletedFiles" -> deleted) ~
-        ("skippedRecentFiles" -> recent.length) ~ ("skippedRecentBytes" -> bytes(recent)) ~
-        ("writerLive" -> writerLive) ~ ("skippedRunningFiles" -> running
-          .length) ~ ("skippedRunningBytes" -> bytes(running)) ~
-        ("candidates" -> toDelete.take(Verify.ListLimit).toList.map { o =>
-          ("path" -> o.path.toString) ~ ("size" -> o.size) ~ ("batchId" -> o.batchId) ~
-            ("modificationTime" -> o.modificationTime)
-        }) ~
-        ("skippedRunning" -> running.take(Verify.ListLimit).map(_.path.toString).toList) ~
-        ("skippedRecent" -> recent.take(Verify.ListLimit).map(_.path.toString).toList)
-    ))
+    def bytes(fs: Seq[Verify.Orphan]) = fs.map(_.size).sum
+    def paths(fs: Seq[Verify.Orphan]) = fs.take(Reports.ListLimit).map(_.path.toString)
+    val report = VacuumReport(
+      sink.toString,
+      dryRun = true,
+      latest,
+      olderThanMs,
+      cutoff,
+      logged.size.toLong,
+      orphans.length,
+      bytes(orphans),
+      toDelete.length,
+      bytes(toDelete),
+      deletedFiles = 0L,
+      recent.length,
+      bytes(recent),
+      writerLive,
+      running.length,
+      bytes(running),
+      toDelete.take(Reports.ListLimit).map(_.report),
+      paths(running),
+      paths(recent)
+    )
+    Plan(report, toDelete)
+  }
+
+  /** Deletes the candidates of `plan` (in parallel); the report says how many went. */
+  def apply(spark: SparkSession, plan: Plan, quiet: Boolean): VacuumReport = {
+    val deleted = ParallelDelete(
+      plan.toDelete.map(_.path),
+      spark.sessionState.newHadoopConf(),
+      BatchLogConf.deleteParallelism(spark),
+      new Progress("vacuum: deleting orphan files", quiet)
+    )
+    plan.report.copy(dryRun = false, deletedFiles = deleted)
   }
 }

@@ -3,9 +3,6 @@ package io.batchlog.ops
 import scala.collection.mutable
 
 import org.apache.hadoop.fs.{FileSystem, Path}
-import org.json4s.JsonAST.JObject
-import org.json4s.JsonDSL._
-import org.json4s.jackson.JsonMethods.{compact, render}
 
 import org.apache.spark.paths.SparkPath
 import org.apache.spark.sql.SparkSession
@@ -19,12 +16,6 @@ import io.batchlog.log.{
   SinkLogEntry,
   SinkRecord
 }
-
-/** An index file beside a live compact file that is not used, and why. */
-final case class IndexProblem(file: Path, compactId: Long, problem: String)
-
-/** A data file in the output directory that the log does not list. */
-final case class OrphanFile(path: Path, size: Long, modificationTime: Long, batchId: Option[Long])
 
 /**
  * Checks a sink's log against its output directory, changing nothing: every live logged file must
@@ -44,60 +35,9 @@ final case class OrphanFile(path: Path, size: Long, modificationTime: Long, batc
  */
 object Verify {
 
-  /** At most this many paths of each kind are listed in a report (counts are always complete). */
-  val ListLimit = 1000
-
-  final case class Report(
-      sink: Path,
-      metadataPath: Path,
-      latestBatch: Long,
-      compactInterval: Int,
-      liveFiles: Long,
-      liveBytes: Long,
-      untaggedEntries: Long,
-      missing: Seq[SinkLogEntry],
-      sizeMismatch: Seq[(SinkLogEntry, Long)],
-      wrongBatch: Seq[(SinkLogEntry, Long)],
-      orphans: Seq[OrphanFile],
-      logErrors: Seq[String],
-      indexProblems: Seq[IndexProblem] = Nil,
-      indexesRebuiltInMemory: Int = 0
-  ) {
-    def healthy: Boolean =
-      missing.isEmpty && sizeMismatch.isEmpty && wrongBatch.isEmpty && logErrors.isEmpty &&
-        indexProblems.isEmpty
-
-    def toJson: String = {
-      def entry(e: SinkLogEntry): JObject =
-        ("path" -> e.path) ~ ("size" -> e.size) ~ ("batchId" -> e.batchId)
-      compact(render(
-        ("sink" -> sink.toString) ~ ("metadataPath" -> metadataPath.toString) ~
-          ("healthy" -> healthy) ~ ("latestBatch" -> latestBatch) ~
-          ("compactInterval" -> compactInterval) ~ ("liveFiles" -> liveFiles) ~
-          ("liveBytes" -> liveBytes) ~ ("untaggedEntries" -> untaggedEntries) ~
-          ("logErrors" -> logErrors.toList) ~
-          ("indexProblems" -> indexProblems.toList.map { p =>
-            ("file" -> p.file.toString) ~ ("problem" -> p.problem)
-          }) ~
-          ("indexAdvice" -> (if (indexProblems.isEmpty) None else Some(IndexAdvice))) ~
-          ("indexesRebuiltInMemory" -> indexesRebuiltInMemory) ~
-          ("missingCount" -> missing.length) ~
-          ("missing" -> missing.take(ListLimit).map(entry).toList) ~
-          ("sizeMismatchCount" -> sizeMismatch.length) ~
-          ("sizeMismatch" -> sizeMismatch.take(ListLimit).toList.map { case (e, actual) =>
-            entry(e) ~ ("actualSize" -> actual)
-          }) ~
-          ("wrongBatchCount" -> wrongBatch.length) ~
-          ("wrongBatch" -> wrongBatch.take(ListLimit).toList.map { case (e, named) =>
-            entry(e) ~ ("nameBatchId" -> named)
-          }) ~
-          ("orphanCount" -> orphans.length) ~ ("orphanBytes" -> orphans.map(_.size).sum) ~
-          ("orphans" -> orphans.take(ListLimit).toList.map { o =>
-            ("path" -> o.path.toString) ~ ("size" -> o.size) ~ ("batchId" -> o.batchId) ~
-              ("modificationTime" -> o.modificationTime)
-          })
-      ))
-    }
+  /** A data file in the output directory that the log does not list (path as listed). */
+  final case class Orphan(path: Path, size: Long, modificationTime: Long, batchId: Option[Long]) {
+    def report: OrphanFile = OrphanFile(path.toString, size, batchId, modificationTime)
   }
 
   /** What to do about an index problem, and what it means until then. */
@@ -118,7 +58,7 @@ object Verify {
       log.indexProblem(id) match {
         case None =>
         case Some(CompactIndex.AbsentReason | CompactIndex.LegacyReason) => inMemory += 1
-        case Some(p) => problems += IndexProblem(indexFile, id, p)
+        case Some(p) => problems += IndexProblem(indexFile.toString, id, p)
       }
     }
     (problems.toSeq, inMemory)
@@ -130,11 +70,11 @@ object Verify {
   def entryPath(e: SinkLogEntry): Path = SparkPath.fromUrlString(e.path).toPath
 
   /** Every data file under `sink` not in `logged` (keys from [[key]]). */
-  def orphans(fs: FileSystem, sink: Path, logged: collection.Set[String]): Seq[OrphanFile] = {
-    val out = mutable.ArrayBuffer.empty[OrphanFile]
+  def orphans(fs: FileSystem, sink: Path, logged: collection.Set[String]): Seq[Orphan] = {
+    val out = mutable.ArrayBuffer.empty[Orphan]
     OutputFiles.foreachDataFile(fs, sink) { f =>
       if (!logged.contains(key(f.getPath))) {
-        out += OrphanFile(
+        out += Orphan(
           f.getPath,
           f.getLen,
           f.getModificationTime,
@@ -145,7 +85,7 @@ object Verify {
     out.toSeq
   }
 
-  def run(spark: SparkSession, sinkPath: String): Report = {
+  def run(spark: SparkSession, sinkPath: String): VerifyReport = {
     val meta = BatchTaggedFileStreamSinkLog.metadataPathOf(spark, sinkPath)
     val sink = meta.getParent
     val fs = sink.getFileSystem(spark.sessionState.newHadoopConf())
@@ -194,21 +134,35 @@ object Verify {
     val (indexProblems, inMemory) =
       try indexes(log)
       catch { case e: BatchLogException => logErrors += e.getMessage; (Nil, 0) }
-    Report(
-      sink,
-      meta,
+    def loggedFile(e: SinkLogEntry) = LoggedFile(e.path, e.size, e.batchId)
+    val limit = Reports.ListLimit
+    VerifyReport(
+      sink.toString,
+      meta.toString,
+      healthy = missing.isEmpty && sizeMismatch.isEmpty && wrongBatch.isEmpty &&
+        logErrors.isEmpty && indexProblems.isEmpty,
       latest,
       log.interval,
       liveFiles,
       liveBytes,
       untagged,
-      missing.toSeq,
-      sizeMismatch.toSeq,
-      wrongBatch.toSeq,
-      orphanFiles,
       logErrors.toSeq,
       indexProblems,
-      inMemory
+      if (indexProblems.isEmpty) None else Some(IndexAdvice),
+      inMemory,
+      missing.length,
+      missing.take(limit).map(loggedFile).toSeq,
+      sizeMismatch.length,
+      sizeMismatch.take(limit).map { case (e, actual) =>
+        SizeMismatch(e.path, e.size, e.batchId, actual)
+      }.toSeq,
+      wrongBatch.length,
+      wrongBatch.take(limit).map { case (e, named) =>
+        WrongBatch(e.path, e.size, e.batchId, named)
+      }.toSeq,
+      orphanFiles.length,
+      orphanFiles.map(_.size).sum,
+      orphanFiles.take(limit).map(_.report)
     )
   }
 }

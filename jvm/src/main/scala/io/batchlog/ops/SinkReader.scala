@@ -1,4 +1,4 @@
-package io.batchlog
+package io.batchlog.ops
 
 import scala.collection.mutable
 
@@ -6,8 +6,6 @@ import org.apache.hadoop.fs.{FileStatus, Path}
 import org.apache.hadoop.io.{LongWritable, Text}
 import org.apache.hadoop.mapreduce.{Job, JobContext}
 import org.apache.hadoop.mapreduce.lib.input.{FileInputFormat, TextInputFormat}
-import org.json4s.JsonDSL._
-import org.json4s.jackson.JsonMethods.{compact, render}
 
 import org.apache.spark.paths.SparkPath
 import org.apache.spark.rdd.RDD
@@ -15,17 +13,24 @@ import org.apache.spark.sql.{Column, DataFrame, Encoders, Row, SparkSession}
 import org.apache.spark.sql.execution.streaming.runtime.CompactibleFileStreamLog
 import org.apache.spark.sql.functions._
 
-import io.batchlog.log.{BatchTaggedFileStreamSinkLog, DataFileNaming, LogFormat, SinkLogEntry}
+import io.batchlog.BatchLogException
+import io.batchlog.log.{
+  BatchTaggedFileStreamSinkLog,
+  DataFileNaming,
+  LogFormat,
+  LogLayout,
+  SinkLogEntry
+}
 
 /**
- * A read-only view of a file sink's log, the entry point the Python facade calls: strings, longs,
- * arrays and DataFrames only. It reads any sink log (batch-tagged, vanilla or mixed), and never
- * writes: its errors say that nothing was changed.
+ * Reads a file sink's log by batch: which batches, which files of a batch, which batch wrote a
+ * file, every entry with its batch, and a summary. It reads any sink log (batch-tagged, vanilla or
+ * mixed) and never writes: its errors say that nothing was changed.
  *
  * @param outputPath
  *   the sink's output directory, the one holding `_spark_metadata`
  */
-class SinkLogApi(spark: SparkSession, outputPath: String) {
+class SinkReader(spark: SparkSession, outputPath: String) {
   import BatchLogException.unchanged
 
   val metadataPath: Path = unchanged(BatchTaggedFileStreamSinkLog.metadataPathOf(spark, outputPath))
@@ -85,7 +90,7 @@ class SinkLogApi(spark: SparkSession, outputPath: String) {
       nullif(regexp_extract(col("path"), DataFileNaming.Pattern, 1), lit("")).cast("long")
     val perFile = log.liveLogBatchIds().map { id =>
       log.checkHeader(id)
-      val lines = SinkLogApi.textLines(spark, log.logFilePath(id)).filter(_ != LogFormat.Header)
+      val lines = SinkReader.textLines(spark, log.logFilePath(id)).filter(_ != LogFormat.Header)
       val fromLogFile = if (log.isCompactFile(id)) lit(null).cast("long") else lit(id)
       // what surviving log files prove for lines plain Spark compacted (LineageProof)
       val proven = if (!log.isCompactFile(id)) Map.empty[String, Long] else log.provenPaths(id)
@@ -103,8 +108,8 @@ class SinkLogApi(spark: SparkSession, outputPath: String) {
     )
   }
 
-  /** A summary for `inspect`, as JSON: compaction state, log files and per-batch totals. */
-  def inspectJson(): String = unchanged {
+  /** A summary for `inspect`: compaction state, log files, per-batch totals and the horizon. */
+  def summary(checkpointPath: Option[String]): SinkSummary = unchanged {
     val perBatch = mutable.TreeMap.empty[Long, (Long, Long)]
     var untagged = (0L, 0L)
     log.foreachLiveEntry { e =>
@@ -115,27 +120,21 @@ class SinkLogApi(spark: SparkSession, outputPath: String) {
       }
     }
     val logFiles = log.listLogFiles()
-    val compacts = logFiles.map(_.getPath.getName).filter(_.endsWith(".compact"))
     val latest = latestBatch()
-    val interval = log.interval
-    compact(render(
-      ("outputPath" -> outputPath) ~
-        ("metadataPath" -> metadataPath.toString) ~
-        ("latestBatch" -> latest) ~
-        ("compactInterval" -> interval) ~
-        ("latestCompact" -> compacts.lastOption) ~
-        ("nextCompactionBatch" -> CompactibleFileStreamLog.nextCompactionBatchId(
-          latest,
-          interval
-        )) ~
-        ("logFiles" -> logFiles.length) ~
-        ("logBytes" -> logFiles.map(_.getLen).sum) ~
-        ("untaggedFiles" -> untagged._1) ~
-        ("untaggedBytes" -> untagged._2) ~
-        ("batches" -> perBatch.toList.map { case (b, (n, bytes)) =>
-          ("batchId" -> b) ~ ("files" -> n) ~ ("bytes" -> bytes)
-        })
-    ))
+    SinkSummary(
+      outputPath,
+      metadataPath.toString,
+      latest,
+      log.interval,
+      logFiles.map(_.getPath.getName).filter(LogLayout.isCompactName).lastOption,
+      CompactibleFileStreamLog.nextCompactionBatchId(latest, log.interval),
+      logFiles.length,
+      logFiles.map(_.getLen).sum,
+      untagged._1,
+      untagged._2,
+      perBatch.toSeq.map { case (b, (n, bytes)) => BatchFiles(b, n, bytes) },
+      Horizon.report(spark, outputPath, checkpointPath)
+    )
   }
 
   private def qualify(p: String): Path = {
@@ -147,7 +146,7 @@ class SinkLogApi(spark: SparkSession, outputPath: String) {
   private def entryPath(e: SinkLogEntry): Path = SparkPath.fromUrlString(e.path).toPath
 }
 
-object SinkLogApi {
+object SinkReader {
 
   /**
    * The lines of the one file `file`, split like any text file. Not `sparkContext.textFile`: that

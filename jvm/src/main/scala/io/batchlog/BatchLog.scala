@@ -1,0 +1,104 @@
+package io.batchlog
+
+import org.apache.hadoop.fs.Path
+
+import org.apache.spark.sql.{DataFrame, SparkSession}
+
+import io.batchlog.api._
+import io.batchlog.ops._
+
+/**
+ * A file sink and its batch-tagged log: the public entry point, for Scala, Java and (through py4j)
+ * Python.
+ *
+ * {{{
+ *   val sink = BatchLog.forPath(spark, "/data/out")
+ *   sink.files(7)                                    // the live files batch 7 wrote
+ *   sink.verify().healthy
+ *   sink.rewind("/chk/out", 7).dryRun(true).execute() // the plan, changing nothing
+ * }}}
+ *
+ * Reads (`latestBatch`, `batches`, `files`, `batchOf`, `entries`, `inspect`, `verify`, `read`)
+ * never write and work on logs written with or without batchlog. Maintenance operations are actions
+ * ([[io.batchlog.api.SinkAction]]): configured fluently, planned before they act, and reporting
+ * immutable values (`io.batchlog.ops.Reports`). Errors are [[BatchLogException]]s that name the
+ * file or argument, what to do, and what was (not) changed.
+ */
+final class BatchLog private (spark: SparkSession, val path: String) {
+
+  private lazy val reader = new SinkReader(spark, path)
+
+  /** `<path>/_spark_metadata`; fails with `NOT_A_SINK` if `path` is not a file sink's output. */
+  def metadataPath: Path = reader.metadataPath
+
+  /** The latest committed batch id, or -1 if none. */
+  def latestBatch(): Long = reader.latestBatch()
+
+  /** Ids of the batches that wrote at least one live file, ascending. */
+  def batches(): Array[Long] = reader.batches()
+
+  /** Paths (as logged: URI strings) of the live files written by `batchId`. */
+  def files(batchId: Long): Array[String] = reader.files(batchId)
+
+  /**
+   * The batch that wrote `file` (a logged URI or a plain path): -1 if it is live in the log but
+   * untagged, null if the log does not hold it.
+   */
+  def batchOf(file: String): java.lang.Long = reader.batchOf(file)
+
+  /** Every live entry with its `batchId` (null when untagged), read by Spark, not collected. */
+  def entries(): DataFrame = reader.entries()
+
+  /** Compaction state, log files, per-batch totals and the rewind horizon of the sink. */
+  def inspect(): SinkSummary = reader.summary(None)
+
+  /** [[inspect]] with the horizon of the query's checkpoint too. */
+  def inspect(checkpointPath: String): SinkSummary = reader.summary(Option(checkpointPath))
+
+  /** The log checked against the output directory; changes nothing ([[Verify]]). */
+  def verify(): VerifyReport = BatchLogException.unchanged(Verify.run(spark, path))
+
+  /**
+   * The rows written by batches `fromBatch` to `toBatch` (both inclusive; null: open), read in
+   * `format` ([[ReadByBatch]]).
+   */
+  def read(format: String, fromBatch: java.lang.Long, toBatch: java.lang.Long): DataFrame =
+    BatchLogException.unchanged(
+      ReadByBatch(
+        spark,
+        path,
+        format,
+        Option(fromBatch).map(_.longValue),
+        Option(toBatch).map(_.longValue)
+      )
+    )
+
+  /** Rewinds the sink and the query checkpoint at `checkpointPath` so that `toBatch` runs again. */
+  def rewind(checkpointPath: String, toBatch: Long): RewindAction =
+    new RewindAction(spark, path, checkpointPath, toBatch)
+
+  /** Makes the query of `checkpointPath` the sink's one writer from the batch after its latest. */
+  def takeover(checkpointPath: String): TakeoverAction =
+    new TakeoverAction(spark, path, checkpointPath)
+
+  /** Tags the entries of a sink written by plain Spark whose batch can be proven. */
+  def adopt(): AdoptAction = new AdoptAction(spark, path)
+
+  /** Rebuilds a lost or damaged `_spark_metadata` from the data files' batch-tagged names. */
+  def repair(): RepairAction = new RepairAction(spark, path)
+
+  /** Deletes orphan data files (not in the log); a dry run unless `dryRun(false)`. */
+  def vacuum(): VacuumAction = new VacuumAction(spark, path)
+
+  /** The underlying log, for batchlog's own tests and benchmarks. */
+  private[batchlog] def log = reader.log
+}
+
+object BatchLog {
+
+  /**
+   * The sink whose output directory is `path` (the one holding `_spark_metadata`). Nothing is read
+   * until a method is called: `repair` works where `_spark_metadata` is gone.
+   */
+  def forPath(spark: SparkSession, path: String): BatchLog = new BatchLog(spark, path)
+}

@@ -1,0 +1,60 @@
+package io.batchlog.ops
+
+import org.apache.spark.sql.SparkSession
+
+import io.batchlog.BatchLogConf
+import io.batchlog.checkpoint.QueryCheckpoint
+import io.batchlog.log.{BatchTaggedFileStreamSinkLog, SinkRecord}
+
+/**
+ * The rewind horizon: the oldest batch a rewind can reach, the later of the sink's tagged lineage
+ * and what the checkpoint retains.
+ */
+object Horizon {
+
+  /**
+   * A rewind to N > 0 needs `offsets/N-1` and `commits/N-1` (and `offsets/N` for exact replay);
+   * Spark purges both below `latest - minBatchesToRetain`.
+   */
+  def ofCheckpoint(offsets: Seq[Long], commits: Seq[Long]): Long =
+    if (offsets.isEmpty || offsets.head == 0) 0L
+    else math.max(offsets.head, commits.headOption.getOrElse(offsets.head)) + 1
+
+  /**
+   * Untagged entries (no tag, no batch-tagged name, no proof from surviving log files) can only be
+   * in the latest compact file `c`, from a batch <= c whose entries are not all known. A batch's
+   * entries are all known if any of them carries its batch (batchlog tags and names every file of
+   * the batches it writes; a proof enumerates the batch) or the surviving log files prove the batch
+   * ([[io.batchlog.log.LineageProof]]). The horizon is just above the newest batch that is not
+   * known: a rewind to it or later finds every file of the batches it redoes.
+   */
+  def ofSink(log: BatchTaggedFileStreamSinkLog): Long =
+    log.liveLogBatchIds().headOption.filter(log.isCompactFile).map(c => c -> log.indexOf(c).runs)
+      .collect {
+        case (c, runs) if runs.exists(_.batchId.isEmpty) =>
+          val known = runs.flatMap(_.batchId).toSet ++ log.lineageProof(c).provenBatches
+          (c to 0L by -1L).find(b => !known(b)).getOrElse(c) + 1
+      }.getOrElse(0L)
+
+  /** The sink's horizon and owner and, given the query's checkpoint, the checkpoint's horizon. */
+  def report(
+      spark: SparkSession,
+      sinkPath: String,
+      checkpointPath: Option[String]
+  ): HorizonReport = {
+    val log = BatchTaggedFileStreamSinkLog.forOutput(spark, sinkPath)
+    val sink = ofSink(log)
+    val checkpoint = checkpointPath.map(new QueryCheckpoint(spark, _))
+    val cp = checkpoint.map(c => ofCheckpoint(c.offsetIds, c.commitIds))
+    val owner = SinkRecord.read(log.checkpointFileManager, log.metadataPath).flatMap(_.owner)
+    HorizonReport(
+      sink,
+      cp,
+      cp.map(math.max(_, sink)).getOrElse(sink),
+      BatchLogConf.sinkLogSettings(spark).minBatchesToRetain,
+      owner.map(_.queryId),
+      owner.map(_.fromBatch),
+      checkpoint.map(_.queryId)
+    )
+  }
+}

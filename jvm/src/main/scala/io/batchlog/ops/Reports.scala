@@ -1,0 +1,227 @@
+package io.batchlog.ops
+
+/*
+ * The values batchlog's operations return: plans (what an operation will do, computed before it
+ * changes anything: what a dry run prints) and reports (what it did). Immutable case classes of
+ * strings, numbers, options and sequences only, so that Scala, Java and -- through the one
+ * serializer, `io.batchlog.api.ReportJson` -- Python read the same thing. Their field names are the
+ * JSON keys; Python's `batchlog.reports` holds the same classes as dataclasses.
+ *
+ * Lists of paths are capped at `ListLimit` entries; the counts beside them are always complete.
+ */
+
+/** Files and bytes one batch wrote. */
+final case class BatchFiles(batchId: Long, files: Long, bytes: Long)
+
+/** A logged data file: its path as logged (a URI), size and batch (None when untagged). */
+final case class LoggedFile(path: String, size: Long, batchId: Option[Long])
+
+/** A data file in the output directory that the log does not list. */
+final case class OrphanFile(path: String, size: Long, batchId: Option[Long], modificationTime: Long)
+
+/** A logged file whose size on disk is not the logged one. */
+final case class SizeMismatch(path: String, size: Long, batchId: Option[Long], actualSize: Long)
+
+/** A logged file whose batch-tagged name names another batch than its entry. */
+final case class WrongBatch(path: String, size: Long, batchId: Option[Long], nameBatchId: Long)
+
+/** An index file beside a live compact file that is not used, and why. */
+final case class IndexProblem(file: String, compactId: Long, problem: String)
+
+/** How a compactible log directory is cut back: log files rebuilt and deleted, by name. */
+final case class LogCut(dir: String, keepUpTo: Long, rebuild: Seq[String], delete: Seq[String])
+
+/** The cut of file source `source`'s log (`sources/<source>/`). */
+final case class SourceLogCut(
+    source: Int,
+    dir: String,
+    keepUpTo: Long,
+    rebuild: Seq[String],
+    delete: Seq[String]
+)
+
+/** A log file a repair writes: its name, entries and the batches they come from. */
+final case class RepairLogFile(name: String, entries: Long, batches: Long)
+
+object Reports {
+
+  /** At most this many paths of each kind are listed in a report (counts are always complete). */
+  val ListLimit = 1000
+}
+
+/** `inspect`: a sink's compaction state, log files, per-batch totals and rewind horizon. */
+final case class SinkSummary(
+    outputPath: String,
+    metadataPath: String,
+    latestBatch: Long,
+    compactInterval: Int,
+    latestCompact: Option[String],
+    nextCompactionBatch: Long,
+    logFiles: Long,
+    logBytes: Long,
+    untaggedFiles: Long,
+    untaggedBytes: Long,
+    batches: Seq[BatchFiles],
+    horizon: HorizonReport
+)
+
+/**
+ * The rewind horizon: the oldest batch a rewind can reach, the later of the sink's tagged lineage
+ * and (given the query's checkpoint) what the checkpoint retains; and who owns the sink.
+ */
+final case class HorizonReport(
+    sinkHorizon: Long,
+    checkpointHorizon: Option[Long],
+    horizon: Long,
+    minBatchesToRetain: Int,
+    owner: Option[String],
+    ownerSince: Option[Long],
+    checkpointQueryId: Option[String]
+)
+
+/** What a rewind to `toBatch` will do; see [[Rewind]]. */
+final case class RewindPlanSummary(
+    sink: String,
+    checkpoint: String,
+    toBatch: Long,
+    sinkLatestBatch: Long,
+    offsetsLatest: Long,
+    commitsLatest: Long,
+    horizon: Long,
+    sinkHorizon: Long,
+    checkpointHorizon: Long,
+    resuming: Boolean,
+    queryId: String,
+    force: Boolean,
+    affectedBatches: Seq[Long],
+    dataFiles: Long,
+    dataBytes: Long,
+    orphanFiles: Long,
+    dataFilesPerBatch: Seq[BatchFiles],
+    sinkLog: LogCut,
+    sourceLogs: Seq[SourceLogCut],
+    stateFiles: Seq[String],
+    stateBytes: Long,
+    removeStateDir: Boolean,
+    commitsToDelete: Seq[Long],
+    offsetsToDelete: Seq[Long]
+)
+
+/** What a rewind did. */
+final case class RewindResult(
+    toBatch: Long,
+    dataFilesDeleted: Long,
+    dataBytes: Long,
+    elapsedMs: Long
+)
+
+/** A rewind's plan and, unless it was a dry run, its result. */
+final case class RewindReport(plan: RewindPlanSummary, result: Option[RewindResult])
+
+/** A takeover's plan and whether it was carried out; see [[Takeover]]. */
+final case class TakeoverReport(
+    sink: String,
+    checkpoint: String,
+    queryId: String,
+    previousOwner: Option[String],
+    previousOwnerSince: Option[Long],
+    sinkLatestBatch: Long,
+    fromBatch: Long,
+    checkpointNextBatch: Long,
+    skippedBatches: Long,
+    alreadyOwner: Boolean,
+    dryRun: Boolean,
+    done: Boolean
+)
+
+/** What adopt tagged (or, in a dry run, would tag); see [[Adopt]]. */
+final case class AdoptReport(
+    sink: String,
+    dryRun: Boolean,
+    compactFiles: Long,
+    compactFilesRewritten: Long,
+    entriesTagged: Long,
+    entriesUntagged: Long,
+    untaggedHorizon: Long
+)
+
+/** A sink's log checked against its output directory; see [[Verify]]. */
+final case class VerifyReport(
+    sink: String,
+    metadataPath: String,
+    healthy: Boolean,
+    latestBatch: Long,
+    compactInterval: Int,
+    liveFiles: Long,
+    liveBytes: Long,
+    untaggedEntries: Long,
+    logErrors: Seq[String],
+    indexProblems: Seq[IndexProblem],
+    indexAdvice: Option[String],
+    indexesRebuiltInMemory: Int,
+    missingCount: Long,
+    missing: Seq[LoggedFile],
+    sizeMismatchCount: Long,
+    sizeMismatch: Seq[SizeMismatch],
+    wrongBatchCount: Long,
+    wrongBatch: Seq[WrongBatch],
+    orphanCount: Long,
+    orphanBytes: Long,
+    orphans: Seq[OrphanFile]
+)
+
+/**
+ * A repair's plan and outcome; see [[Repair]]. `written` tells whether a new log was written,
+ * `movedAside` where the damaged one went, `indexesRewritten` the indexes an index-only repair
+ * rewrote.
+ */
+final case class RepairReport(
+    sink: String,
+    metadataPath: String,
+    logExists: Boolean,
+    logHealthy: Boolean,
+    logProblems: Seq[String],
+    needed: Boolean,
+    compactInterval: Int,
+    compactIntervalSource: String,
+    compactIntervalAssumed: Boolean,
+    owner: Option[String],
+    rewindInProgress: Option[Long],
+    latestBatch: Long,
+    dataFiles: Long,
+    dataBytes: Long,
+    logFiles: Seq[RepairLogFile],
+    batches: Seq[BatchFiles],
+    untaggedCount: Long,
+    untagged: Seq[String],
+    suspectBatches: Seq[Long],
+    indexProblems: Seq[IndexProblem],
+    indexesOnly: Boolean,
+    dryRun: Boolean,
+    written: Boolean,
+    movedAside: Option[String],
+    indexesRewritten: Seq[String]
+)
+
+/** What vacuum deleted (or, in a dry run, would delete) and what it kept; see [[Vacuum]]. */
+final case class VacuumReport(
+    sink: String,
+    dryRun: Boolean,
+    latestBatch: Long,
+    olderThanMs: Long,
+    cutoffTime: Long,
+    liveFiles: Long,
+    orphanFiles: Long,
+    orphanBytes: Long,
+    candidateFiles: Long,
+    candidateBytes: Long,
+    deletedFiles: Long,
+    skippedRecentFiles: Long,
+    skippedRecentBytes: Long,
+    writerLive: Boolean,
+    skippedRunningFiles: Long,
+    skippedRunningBytes: Long,
+    candidates: Seq[OrphanFile],
+    skippedRunning: Seq[String],
+    skippedRecent: Seq[String]
+)

@@ -1,0 +1,271 @@
+"""How the CLI prints each plan and report: readable lines and tables, no batchlog logic."""
+
+from __future__ import annotations
+
+from batchlog._cli_util import human_bytes, table
+from batchlog.reports import (
+    AdoptReport,
+    RepairReport,
+    RewindPlanSummary,
+    RewindResult,
+    SinkSummary,
+    TakeoverReport,
+    VacuumReport,
+    VerifyReport,
+)
+
+#: Paths listed per category; the counts are complete.
+SHOWN = 20
+
+
+def span(ids: list[int]) -> str:
+    """``[3, 4, 5]`` -> ``'3..5 (3)'``; other lists comma-separated."""
+    if not ids:
+        return "none"
+    lo, hi = min(ids), max(ids)
+    return f"{lo}..{hi} ({len(ids)})" if len(ids) == hi - lo + 1 else ", ".join(map(str, ids))
+
+
+def _batch(b: int | None) -> str:
+    return "-" if b is None else str(b)
+
+
+def _names(names: list[str]) -> str:
+    return ", ".join(names) or "nothing"
+
+
+def inspect(info: SinkSummary) -> None:
+    latest = info.latest_batch
+    print(f"sink            {info.output_path}")
+    print(f"latest batch    {latest if latest >= 0 else '(none)'}")
+    print(
+        f"compaction      every {info.compact_interval} batches; latest "
+        f"{info.latest_compact or '(none yet)'}; next at batch {info.next_compaction_batch}"
+    )
+    print(f"log files       {info.log_files} ({human_bytes(info.log_bytes)})")
+    h = info.horizon
+    if h.checkpoint_horizon is None:
+        where = f"sink lineage {h.sink_horizon}; pass --checkpoint for the checkpoint's"
+    else:
+        where = (
+            f"sink lineage {h.sink_horizon}, checkpoint {h.checkpoint_horizon} "
+            f"(minBatchesToRetain {h.min_batches_to_retain})"
+        )
+    print(f"rewind horizon  batch {h.horizon} ({where})")
+    if h.owner:
+        print(f"written by      query {h.owner} (from batch {h.owner_since})")
+    if h.checkpoint_query_id and h.owner and h.checkpoint_query_id != h.owner:
+        print(
+            f"WARNING         the checkpoint is query {h.checkpoint_query_id}'s, not the sink "
+            "owner's: the sink refuses that query, and Spark's sink skips its batch ids up to "
+            "the latest"
+        )
+    batches = info.batches
+    files = sum(b.files for b in batches) + info.untagged_files
+    size = sum(b.bytes for b in batches) + info.untagged_bytes
+    print(f"live files      {files} ({human_bytes(size)}) in {len(batches)} batches")
+    if info.untagged_files:
+        print(
+            f"untagged        {info.untagged_files} files "
+            f"({human_bytes(info.untagged_bytes)}) have no provable batch"
+        )
+    print()
+    rows = [[b.batch_id, b.files, b.bytes, human_bytes(b.bytes)] for b in batches]
+    print(table(["batch", "files", "bytes", "size"], rows) if rows else "(no live files)")
+
+
+def rewind_plan(plan: RewindPlanSummary, dry_run: bool) -> None:
+    n = plan.to_batch
+    head = "DRY RUN: would rewind" if dry_run else "rewinding"
+    print(
+        f"{head} {plan.sink} to batch {n}"
+        + ("  (resuming an unfinished rewind)" if plan.resuming else "")
+    )
+    print(f"checkpoint      {plan.checkpoint}")
+    print(f"rewind horizon  batch {plan.horizon} (oldest batch a rewind can reach)")
+    print(f"batches redone  {span(plan.affected_batches)}")
+    orphans = f", of which {plan.orphan_files} orphans not in the log" if plan.orphan_files else ""
+    print(f"data files      {plan.data_files} to delete ({human_bytes(plan.data_bytes)}){orphans}")
+    cut = plan.sink_log
+    rebuild = f"; rebuild {', '.join(cut.rebuild)}" if cut.rebuild else ""
+    print(f"sink log        delete {_names(cut.delete)}{rebuild}")
+    print(f"offsets/        delete {span(plan.offsets_to_delete)}")
+    print(f"commits/        delete {span(plan.commits_to_delete)}")
+    for s in plan.source_logs:
+        rebuild = f"; rebuild {', '.join(s.rebuild)}" if s.rebuild else ""
+        print(
+            f"sources/{s.source}/      keep log offsets <= {s.keep_up_to}: delete "
+            f"{_names(s.delete)}{rebuild}"
+        )
+    if plan.remove_state_dir:
+        print("state/          remove entirely (rewind to batch 0)")
+    else:
+        print(
+            f"state/          delete {len(plan.state_files)} files "
+            f"({human_bytes(plan.state_bytes)}) of versions > {n}"
+        )
+    rows = [[b.batch_id, b.files, human_bytes(b.bytes)] for b in plan.data_files_per_batch]
+    if rows:
+        print()
+        print(table(["batch", "files", "size"], rows))
+
+
+def rewind_result(r: RewindResult) -> None:
+    print(
+        f"\ndone: deleted {r.data_files_deleted} data files in {r.elapsed_ms / 1000:.1f} s. "
+        f"Restart the query with the same checkpoint to re-run batch {r.to_batch}."
+    )
+
+
+def takeover_plan(r: TakeoverReport) -> None:
+    print(f"sink            {r.sink}")
+    print(f"checkpoint      {r.checkpoint} (query {r.query_id})")
+    if r.already_owner:
+        print("owner           already this query; nothing to do")
+        return
+    previous = r.previous_owner
+    print(
+        "previous owner  "
+        + (f"query {previous} (from batch {r.previous_owner_since})" if previous else "(none)")
+    )
+    print(f"new owner from  batch {r.from_batch} (the sink's latest is {r.sink_latest_batch})")
+    if r.skipped_batches:
+        print(
+            f"warning         Spark's file sink skips batch ids <= {r.sink_latest_batch}: the "
+            f"query's next {r.skipped_batches} batches (from {r.checkpoint_next_batch}) "
+            "will not be written to this sink"
+        )
+
+
+def adopt(r: AdoptReport) -> None:
+    verb = "would tag" if r.dry_run else "tagged"
+    print(
+        f"{verb} {r.entries_tagged} entries in {r.compact_files} compact files; "
+        f"{r.entries_untagged} stay untagged (no provable batch)"
+    )
+    print(f"rewind horizon from the sink log: batch {r.untagged_horizon}")
+
+
+def verify(r: VerifyReport) -> None:
+    print(f"sink            {r.sink}")
+    print(f"verdict         {'HEALTHY' if r.healthy else 'UNHEALTHY'}")
+    print(f"latest batch    {r.latest_batch if r.latest_batch >= 0 else '(none)'}")
+    print(f"live files      {r.live_files} ({human_bytes(r.live_bytes)})")
+    rows = [
+        ["missing (logged, not on disk)", r.missing_count, "unhealthy"],
+        ["size differs from the log", r.size_mismatch_count, "unhealthy"],
+        ["name's batch differs from the log", r.wrong_batch_count, "unhealthy"],
+        ["log errors", len(r.log_errors), "unhealthy"],
+        ["damaged compact-file indexes", len(r.index_problems), "unhealthy; see repair"],
+        ["indexes rebuilt in memory", r.indexes_rebuilt_in_memory, "ok (missing or legacy v1)"],
+        ["orphans (on disk, not logged)", r.orphan_count, "ok; see vacuum"],
+    ]
+    print()
+    print(table(["check", "files", "meaning"], rows))
+    for msg in r.log_errors:
+        print(f"\nlog error: {msg}")
+    for p in r.index_problems:
+        print(f"\nindex not used: {p.file}: {p.problem}")
+    if r.index_advice:
+        print(r.index_advice)
+    listed: list[tuple[str, str, int | None, object]] = [
+        ("missing", e.path, e.batch_id, e.size) for e in r.missing
+    ]
+    listed += [
+        ("size", e.path, e.batch_id, f"{e.size} logged, {e.actual_size} on disk")
+        for e in r.size_mismatch
+    ]
+    listed += [
+        ("batch", e.path, e.batch_id, f"name says batch {e.name_batch_id}") for e in r.wrong_batch
+    ]
+    listed += [("orphan", o.path, o.batch_id, o.size) for o in r.orphans]
+    if listed:
+        print()
+        print(
+            table(
+                ["problem", "batch", "size/detail", "path"],
+                [[k, _batch(b), d, p] for k, p, b, d in listed[:SHOWN]],
+            )
+        )
+        if len(listed) > SHOWN:
+            print(f"... and {len(listed) - SHOWN} more")
+    index_only = not (
+        r.log_errors or r.missing_count or r.size_mismatch_count or r.wrong_batch_count
+    )
+    if not r.healthy and index_only:
+        print("\nOnly indexes are damaged. `python -m batchlog repair PATH` rewrites them.")
+    elif not r.healthy:
+        print("\nThe log does not match the output. `python -m batchlog repair PATH` rebuilds it.")
+
+
+def repair_state(r: RepairReport) -> None:
+    print(f"sink            {r.sink}")
+    if not r.log_exists:
+        state = "missing"
+    else:
+        state = "healthy" if r.log_healthy else "damaged: " + "; ".join(r.log_problems)
+    print(f"log             {state}")
+
+
+def repair_plan(r: RepairReport, dry_run: bool) -> None:
+    """The plan of a repair that rebuilds the log."""
+    assumed = " -- ASSUMED" if r.compact_interval_assumed else ""
+    print(
+        f"compaction      every {r.compact_interval} batches "
+        f"(from {r.compact_interval_source}){assumed}"
+    )
+    if r.rewind_in_progress is not None:
+        print(
+            f"rewind          unfinished, to batch {r.rewind_in_progress}: finish it first "
+            "(re-run the same rewind command)"
+        )
+    print(
+        f"data files      {r.data_files} ({human_bytes(r.data_bytes)}) in "
+        f"{len(r.batches)} batches; latest batch {r.latest_batch}"
+    )
+    if r.untagged_count:
+        print(f"not batch-tagged (left out, not guessed): {r.untagged_count} files")
+        for p in r.untagged[:SHOWN]:
+            print(f"  {p}")
+    if r.suspect_batches:
+        print(
+            "WARNING: batches with files of more than one attempt (an orphaned attempt cannot "
+            f"be told from the committed one without a log): {r.suspect_batches}"
+        )
+    head = "would write" if dry_run else "writing"
+    print(f"\n{head} {len(r.log_files)} log files:")
+    rows = [[f.name, f.batches, f.entries] for f in r.log_files]
+    print(table(["log file", "batches", "entries"], rows) if rows else "(none)")
+
+
+def repair_outcome(r: RepairReport) -> None:
+    if r.moved_aside:
+        print(f"\nthe damaged log was moved to {r.moved_aside}")
+    if r.written:
+        print("done: restart the query with its checkpoint.")
+
+
+def vacuum_plan(r: VacuumReport, older_than: str, dry_run: bool) -> None:
+    print(f"sink            {r.sink}   (latest batch {r.latest_batch})")
+    rows: list[list[object]] = [
+        [
+            "would delete" if dry_run else "to delete",
+            r.candidate_files,
+            human_bytes(r.candidate_bytes),
+        ],
+        [
+            "kept: newer than " + older_than,
+            r.skipped_recent_files,
+            human_bytes(r.skipped_recent_bytes),
+        ],
+        [
+            "kept: batch may be running",
+            r.skipped_running_files,
+            human_bytes(r.skipped_running_bytes),
+        ],
+    ]
+    print(f"orphan files    {r.orphan_files} ({human_bytes(r.orphan_bytes)}) not in the log")
+    print()
+    print(table(["orphans", "files", "size"], rows))
+    for c in r.candidates[:SHOWN]:
+        print(f"  {c.path}")
