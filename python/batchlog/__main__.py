@@ -51,9 +51,7 @@ def _flush() -> None:
 
 
 def cmd_rewind(spark: SparkSession, args: argparse.Namespace) -> int:
-    action = ops.rewind_action(
-        spark, args.path, args.checkpoint, args.to_batch, dry_run=args.dry_run, force=args.force
-    )
+    action = ops.rewind_action(spark, args.path, args.checkpoint, args.to_batch, args.force)
     render.rewind_plan(action.plan(), args.dry_run)
     if not args.dry_run:
         _flush()
@@ -64,9 +62,7 @@ def cmd_rewind(spark: SparkSession, args: argparse.Namespace) -> int:
 
 
 def cmd_takeover(spark: SparkSession, args: argparse.Namespace) -> int:
-    action = ops.takeover_action(
-        spark, args.path, args.checkpoint, dry_run=args.dry_run, force=args.force
-    )
+    action = ops.takeover_action(spark, args.path, args.checkpoint, args.force)
     plan = action.plan()
     render.takeover_plan(plan)
     if plan.already_owner:
@@ -95,13 +91,7 @@ def cmd_verify(spark: SparkSession, args: argparse.Namespace) -> int:
 
 
 def cmd_repair(spark: SparkSession, args: argparse.Namespace) -> int:
-    action = ops.repair_action(
-        spark,
-        args.path,
-        dry_run=args.dry_run,
-        force=args.force,
-        compact_interval=args.compact_interval,
-    )
+    action = ops.repair_action(spark, args.path, args.force, args.compact_interval)
     plan = action.plan()
     render.repair_state(plan)
     if not plan.needed and not args.force:
@@ -126,7 +116,7 @@ def cmd_repair(spark: SparkSession, args: argparse.Namespace) -> int:
 
 def cmd_vacuum(spark: SparkSession, args: argparse.Namespace) -> int:
     dry = not args.apply
-    action = ops.vacuum_action(spark, args.path, older_than=args.older_than, dry_run=dry)
+    action = ops.vacuum_action(spark, args.path, args.older_than)
     plan = action.plan()
     render.vacuum_plan(plan, args.older_than, dry)
     if dry:
@@ -137,6 +127,15 @@ def cmd_vacuum(spark: SparkSession, args: argparse.Namespace) -> int:
         r = action.execute()
         print(f"\ndeleted {r.deleted_files} orphan files ({human_bytes(r.candidate_bytes)}).")
     return 0
+
+
+def _plan_options(s: argparse.ArgumentParser) -> None:
+    s.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    s.add_argument(
+        "--force",
+        action="store_true",
+        help="ignore a live writer lease: only for a writer known to be dead",
+    )
 
 
 def parser() -> argparse.ArgumentParser:
@@ -165,22 +164,12 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("path", help="the sink's output directory")
     s.add_argument("--checkpoint", required=True, help="the query's checkpointLocation")
     s.add_argument("--to-batch", type=int, required=True, help="first batch to run again")
-    s.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
-    s.add_argument(
-        "--force",
-        action="store_true",
-        help="ignore a live writer lease: only for a writer known to be dead",
-    )
+    _plan_options(s)
     s.set_defaults(fn=cmd_rewind)
     s = sub.add_parser("takeover", help="make another query (its checkpoint) the sink's one writer")
     s.add_argument("path", help="the sink's output directory")
     s.add_argument("--checkpoint", required=True, help="the new writer's checkpointLocation")
-    s.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
-    s.add_argument(
-        "--force",
-        action="store_true",
-        help="ignore a live writer lease: only for a writer known to be dead",
-    )
+    _plan_options(s)
     s.set_defaults(fn=cmd_takeover)
     s = sub.add_parser(
         "adopt", help="tag the entries of a plain-Spark sink whose batch is provable"

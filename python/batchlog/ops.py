@@ -61,25 +61,22 @@ class Action(Generic[P, R]):
         with jvm_errors():
             return to_report(self._spark, self._plan_type, self._j.summary())
 
-    def execute(self) -> R:
-        """Carries out the plan (unless a dry run) and reports."""
+    def execute(self, dry_run: bool = False, quiet: bool = False) -> R:
+        """Carries out the plan and reports; with ``dry_run`` only reports it, changing nothing.
+
+        ``quiet`` silences the progress lines on stderr.
+        """
         with jvm_errors():
-            return to_report(self._spark, self._report_type, self._j.execute())
+            j = self._j.dryRun(dry_run).quiet(quiet)
+            return to_report(self._spark, self._report_type, j.execute())
 
 
 def rewind_action(
-    spark: SparkSession,
-    sink_path: str,
-    checkpoint_path: str,
-    to_batch: int,
-    dry_run: bool = False,
-    quiet: bool = False,
-    force: bool = False,
+    spark: SparkSession, sink_path: str, checkpoint_path: str, to_batch: int, force: bool = False
 ) -> Action[RewindPlanSummary, RewindReport]:
-    """The rewind of :func:`rewind` as an :class:`Action`."""
+    """The rewind of :func:`rewind` as an :class:`Action`: its plan first, then its execution."""
     with jvm_errors():
-        j = sink(spark, sink_path).rewind(checkpoint_path, int(to_batch))
-        j = j.dryRun(dry_run).quiet(quiet).force(force)
+        j = sink(spark, sink_path).rewind(checkpoint_path, int(to_batch)).force(force)
     return Action(spark, j, RewindPlanSummary, RewindReport)
 
 
@@ -105,21 +102,16 @@ def rewind(
     rewind is finished by calling this again with the same arguments; until then the sink
     refuses writes.
     """
-    return rewind_action(
-        spark, sink_path, checkpoint_path, to_batch, dry_run, quiet, force
-    ).execute()
+    action = rewind_action(spark, sink_path, checkpoint_path, to_batch, force)
+    return action.execute(dry_run, quiet)
 
 
 def takeover_action(
-    spark: SparkSession,
-    sink_path: str,
-    checkpoint_path: str,
-    dry_run: bool = False,
-    force: bool = False,
+    spark: SparkSession, sink_path: str, checkpoint_path: str, force: bool = False
 ) -> Action[TakeoverReport, TakeoverReport]:
     """The takeover of :func:`takeover` as an :class:`Action`."""
     with jvm_errors():
-        j = sink(spark, sink_path).takeover(checkpoint_path).dryRun(dry_run).force(force)
+        j = sink(spark, sink_path).takeover(checkpoint_path).force(force)
     return Action(spark, j, TakeoverReport, TakeoverReport)
 
 
@@ -137,15 +129,13 @@ def takeover(
     already in the log, so the new owner writes nothing until its batch ids pass the sink's
     latest: ``skipped_batches`` in the report says how many of its batches that is.
     """
-    return takeover_action(spark, sink_path, checkpoint_path, dry_run, force).execute()
+    return takeover_action(spark, sink_path, checkpoint_path, force).execute(dry_run)
 
 
-def adopt_action(
-    spark: SparkSession, sink_path: str, dry_run: bool = False, quiet: bool = False
-) -> Action[AdoptReport, AdoptReport]:
-    """The adoption of :func:`adopt` as an :class:`Action`."""
+def adopt_action(spark: SparkSession, sink_path: str) -> Action[AdoptReport, AdoptReport]:
+    """The adoption of :func:`adopt` as an :class:`Action` (its plan is a dry run's counts)."""
     with jvm_errors():
-        j = sink(spark, sink_path).adopt().dryRun(dry_run).quiet(quiet)
+        j = sink(spark, sink_path).adopt()
     return Action(spark, j, AdoptReport, AdoptReport)
 
 
@@ -157,7 +147,7 @@ def adopt(
     Reports counts: ``entries_tagged``, ``entries_untagged``, ``compact_files_rewritten`` and
     the ``untagged_horizon`` (a rewind must go to this batch or later).
     """
-    return adopt_action(spark, sink_path, dry_run, quiet).execute()
+    return adopt_action(spark, sink_path).execute(dry_run, quiet)
 
 
 def read(
@@ -201,16 +191,11 @@ def verify(spark: SparkSession, sink_path: str) -> VerifyReport:
 
 
 def repair_action(
-    spark: SparkSession,
-    sink_path: str,
-    dry_run: bool = False,
-    force: bool = False,
-    quiet: bool = False,
-    compact_interval: int | None = None,
+    spark: SparkSession, sink_path: str, force: bool = False, compact_interval: int | None = None
 ) -> Action[RepairReport, RepairReport]:
     """The repair of :func:`repair` as an :class:`Action`."""
     with jvm_errors():
-        j = sink(spark, sink_path).repair().dryRun(dry_run).force(force).quiet(quiet)
+        j = sink(spark, sink_path).repair().force(force)
         if compact_interval is not None:
             j = j.compactInterval(int(compact_interval))
     return Action(spark, j, RepairReport, RepairReport)
@@ -239,19 +224,15 @@ def repair(
     those are rewritten from their compact files instead (``indexes_rewritten``; none with
     ``dry_run``).
     """
-    return repair_action(spark, sink_path, dry_run, force, quiet, compact_interval).execute()
+    return repair_action(spark, sink_path, force, compact_interval).execute(dry_run, quiet)
 
 
 def vacuum_action(
-    spark: SparkSession,
-    sink_path: str,
-    older_than: str = "1h",
-    dry_run: bool = True,
-    quiet: bool = False,
+    spark: SparkSession, sink_path: str, older_than: str = "1h"
 ) -> Action[VacuumReport, VacuumReport]:
     """The vacuum of :func:`vacuum` as an :class:`Action`."""
     with jvm_errors():
-        j = sink(spark, sink_path).vacuum().olderThan(older_than).dryRun(dry_run).quiet(quiet)
+        j = sink(spark, sink_path).vacuum().olderThan(older_than)
     return Action(spark, j, VacuumReport, VacuumReport)
 
 
@@ -268,4 +249,4 @@ def vacuum(
     of a batch after the latest logged one (it may be running). Reports counts and bytes of
     candidates, deleted and skipped files.
     """
-    return vacuum_action(spark, sink_path, older_than, dry_run, quiet).execute()
+    return vacuum_action(spark, sink_path, older_than).execute(dry_run, quiet)

@@ -113,32 +113,23 @@ class LoggedFile(Report):
 
 
 @dataclasses.dataclass(frozen=True)
-class OrphanFile(Report):
+class OrphanFile(LoggedFile):
     """A data file in the output directory that the log does not list."""
 
-    path: str
-    size: int
-    batch_id: int | None
     modification_time: int
 
 
 @dataclasses.dataclass(frozen=True)
-class SizeMismatch(Report):
+class SizeMismatch(LoggedFile):
     """A logged file whose size on disk is not the logged one."""
 
-    path: str
-    size: int
-    batch_id: int | None
     actual_size: int
 
 
 @dataclasses.dataclass(frozen=True)
-class WrongBatch(Report):
+class WrongBatch(LoggedFile):
     """A logged file whose batch-tagged name names another batch than its entry."""
 
-    path: str
-    size: int
-    batch_id: int | None
     name_batch_id: int
 
 
@@ -162,14 +153,10 @@ class LogCut(Report):
 
 
 @dataclasses.dataclass(frozen=True)
-class SourceLogCut(Report):
+class SourceLogCut(LogCut):
     """The cut of file source ``source``'s log (``sources/<source>/``)."""
 
     source: int
-    dir: str
-    keep_up_to: int
-    rebuild: list[str]
-    delete: list[str]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -33,11 +33,11 @@ final case class LogCut(dir: String, keepUpTo: Long, rebuild: Seq[String], delet
 
 /** The cut of file source `source`'s log (`sources/<source>/`). */
 final case class SourceLogCut(
-    source: Int,
     dir: String,
     keepUpTo: Long,
     rebuild: Seq[String],
-    delete: Seq[String]
+    delete: Seq[String],
+    source: Int
 )
 
 /** A log file a repair writes: its name, entries and the batches they come from. */

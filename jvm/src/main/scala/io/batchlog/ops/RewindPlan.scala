@@ -67,7 +67,7 @@ final case class RewindPlan(
       cut(sinkLog),
       sourceLogs.map { case (i, t) =>
         val c = cut(t)
-        SourceLogCut(i, c.dir, c.keepUpTo, c.rebuild, c.delete)
+        SourceLogCut(c.dir, c.keepUpTo, c.rebuild, c.delete, i)
       },
       stateFiles.map(_._1.toString),
       stateFiles.map(_._2).sum,
