@@ -6,16 +6,18 @@ import java.nio.file.Files
 import scala.collection.mutable
 
 import org.scalatest.BeforeAndAfterAll
-import org.scalatest.funsuite.AnyFunSuite
 
 import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.streaming.StreamingQuery
+
+import io.batchlog.log.BatchTaggedFileStreamSinkLog
 
 /**
  * One local `SparkSession` per suite (graphframes style): created in `beforeAll`, stopped in
  * `afterAll`. Suites run one after another in one forked JVM, so each suite owns the session while
  * it runs.
  */
-trait SparkSessionTestBase extends AnyFunSuite with BeforeAndAfterAll {
+trait SparkSessionTestBase extends TempDirs with BeforeAndAfterAll {
 
   /** The master URL; a suite that needs task retries overrides it (e.g. `local[2,3]`). */
   protected def master: String = "local[2]"
@@ -61,16 +63,18 @@ trait SparkSessionTestBase extends AnyFunSuite with BeforeAndAfterAll {
     dir
   }
 
-  /** Runs `f` with a fresh temporary directory and deletes it recursively afterwards. */
-  protected def withTempDir[A](f: File => A): A = {
-    val dir = Files.createTempDirectory("batchlog").toFile.getCanonicalFile
-    try f(dir)
-    finally deleteRecursively(dir)
-  }
+  /** The batch-tagged log in metadata directory `dir`, with the session's settings. */
+  protected def ours(dir: File): BatchTaggedFileStreamSinkLog =
+    new BatchTaggedFileStreamSinkLog(spark, dir.toString)
 
-  protected def deleteRecursively(f: File): Unit = {
-    if (f.isDirectory) Option(f.listFiles()).foreach(_.foreach(deleteRecursively))
-    if (f.exists() && !f.delete()) throw new java.io.IOException(s"Cannot delete $f")
+  /** Spark's own sink log in metadata directory `dir`, with the session's settings. */
+  protected def vanilla(dir: File): VanillaSinkLog = new VanillaSinkLog(spark, dir.toString)
+
+  /** Runs `body` with the query `start` starts, stopping it afterwards whatever happens. */
+  protected def withQuery[A](start: => StreamingQuery)(body: StreamingQuery => A): A = {
+    val q = start
+    try body(q)
+    finally q.stop()
   }
 
   /** Sets session SQL confs for the duration of `f`, restoring the previous values. */
