@@ -73,7 +73,8 @@ object TestLogs extends Assertions {
   def readLines(f: File): Seq[String] = Files.readAllLines(f.toPath, UTF_8).asScala.toSeq
 
   /** Overwrites a file by hand (and drops its checksum so Hadoop does not reject it). */
-  def overwrite(f: File, lines: Seq[String]): Unit = overwrite(f, lines.mkString("\n").getBytes(UTF_8))
+  def overwrite(f: File, lines: Seq[String]): Unit =
+    overwrite(f, lines.mkString("\n").getBytes(UTF_8))
 
   /** Replaces a file's bytes as a hand edit or bit rot would: its Hadoop checksum sidecar goes. */
   def overwrite(f: File, bytes: Array[Byte]): Unit = {
@@ -89,8 +90,8 @@ object TestLogs extends Assertions {
 
   /**
    * Log file names (`N`, `N.compact`) in `dir`, ignoring checksum and temp files and batchlog's
-   * JSON records; every `N.compact.index` must sit beside its compact file, and with
-   * `indexed` every compact file must have one.
+   * JSON records; every `N.compact.index` must sit beside its compact file, and with `indexed`
+   * every compact file must have one.
    */
   def logFileNames(dir: File, indexed: Boolean = false): Set[String] = {
     val all = Option(dir.listFiles()).getOrElse(Array.empty[File]).map(_.getName)
@@ -130,7 +131,9 @@ object TestLogs extends Assertions {
     (node.get("path").asText, node.get("batchId").asLong, node.get("size").asLong)
   }
 
-  /** (path, batchId) of every entry line of a log file, its header and each line's shape checked. */
+  /**
+   * (path, batchId) of every entry line of a log file, its header and each line's shape checked.
+   */
   def taggedEntriesIn(f: File): Seq[(String, Long)] = {
     val lines = readLines(f)
     assert(lines.head === LogFormat.Header, f.toString)
