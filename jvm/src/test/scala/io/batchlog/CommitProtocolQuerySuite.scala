@@ -85,7 +85,7 @@ class CommitProtocolQuerySuite extends SparkSessionTestBase {
 
   private def runBatch(sink: Sink, q: StreamingQuery, batch: Int): Unit = {
     sink.input.addData(rowsOf(batch): _*)
-    q.processAllAvailable()
+    processAll(q)
   }
 
   /** Data files on disk under `out` (not metadata, checksums or markers), as local paths. */
@@ -173,7 +173,7 @@ class CommitProtocolQuerySuite extends SparkSessionTestBase {
         new File(s.checkpoint, "commits/.5.crc").delete()
         val before = snapshot(s.out)
         withQuery(s.start()) { q2 =>
-          q2.processAllAvailable()
+          processAll(q2)
           assert(commit.exists(), "batch 5 was re-run and committed")
           assert(snapshot(s.out) === before, "the re-run of batch 5 wrote nothing")
           checkSink(s, 5)
@@ -205,7 +205,7 @@ class CommitProtocolQuerySuite extends SparkSessionTestBase {
         FailureInjection.failOn = rowsOf(3)(2).toLong
         FailureInjection.firstAttemptOnly = false
         s.input.addData(rowsOf(3): _*)
-        val e = intercept[StreamingQueryException](q.processAllAvailable())
+        val e = intercept[StreamingQueryException](processAll(q))
         assert(e.getMessage.contains("injected failure on row 302"), e.getMessage)
       }
       assert(FailureInjection.failures.get === 3, "3 attempts of the failing task")
@@ -220,7 +220,7 @@ class CommitProtocolQuerySuite extends SparkSessionTestBase {
 
       FailureInjection.reset()
       withQuery(s.start()) { q2 =>
-        q2.processAllAvailable()
+        processAll(q2)
         checkSink(s, 3)
         runBatch(s, q2, 4)
       }

@@ -6,6 +6,8 @@ import java.nio.file.Files
 import scala.collection.mutable
 
 import org.scalatest.BeforeAndAfterAll
+import org.scalatest.concurrent.{Signaler, ThreadSignaler, TimeLimits}
+import org.scalatest.time.{Seconds, Span}
 
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.streaming.StreamingQuery
@@ -17,7 +19,7 @@ import io.batchlog.log.BatchTaggedFileStreamSinkLog
  * `afterAll`. Suites run one after another in one forked JVM, so each suite owns the session while
  * it runs.
  */
-trait SparkSessionTestBase extends TempDirs with BeforeAndAfterAll {
+trait SparkSessionTestBase extends TempDirs with BeforeAndAfterAll with TimeLimits {
 
   /** The master URL; a suite that needs task retries overrides it (e.g. `local[2,3]`). */
   protected def master: String = "local[2]"
@@ -75,6 +77,18 @@ trait SparkSessionTestBase extends TempDirs with BeforeAndAfterAll {
     val q = start
     try body(q)
     finally q.stop()
+  }
+
+  /** How long a query may take to process what it was given before the test fails. */
+  protected val queryTimeout: Span = Span(120, Seconds)
+
+  /**
+   * `q.processAllAvailable()`, which has no timeout of its own: after [[queryTimeout]] the wait is
+   * interrupted and the test fails, saying so, instead of hanging the build.
+   */
+  protected def processAll(q: StreamingQuery): Unit = {
+    implicit val signaler: Signaler = ThreadSignaler
+    failAfter(queryTimeout)(q.processAllAvailable())
   }
 
   /** Sets session SQL confs for the duration of `f`, restoring the previous values. */
