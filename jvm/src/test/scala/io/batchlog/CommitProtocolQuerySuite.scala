@@ -2,13 +2,8 @@ package io.batchlog
 
 import java.io.File
 import java.net.URI
-import java.nio.charset.StandardCharsets.UTF_8
 import java.nio.file.Files
 import java.util.concurrent.atomic.AtomicInteger
-
-import scala.jdk.CollectionConverters._
-
-import com.fasterxml.jackson.databind.ObjectMapper
 
 import org.apache.hadoop.fs.Path
 
@@ -20,7 +15,6 @@ import org.apache.spark.sql.functions.{col, udf}
 import org.apache.spark.sql.streaming.{StreamingQuery, StreamingQueryException}
 
 import io.batchlog.commit.WriterGuard
-import io.batchlog.log.JsonRecordFile
 
 /**
  * Makes a task fail on a chosen row, from inside a query (tasks run in this JVM with `local`).
@@ -49,12 +43,12 @@ object FailureInjection {
  */
 class CommitProtocolQuerySuite extends SparkSessionTestBase {
   import BatchLogConf._
+  import TestLogs._
 
   override protected def master: String = "local[2,3]"
   override protected def sparkConf: Map[String, String] =
     Map(CommitProtocolKey -> CommitProtocolClass)
 
-  private val mapper = new ObjectMapper()
   private val NamePattern = ("^part-[0-9]{5}-batch-([0-9]+)-" +
     "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}([-.].*)?$").r
 
@@ -80,24 +74,18 @@ class CommitProtocolQuerySuite extends SparkSessionTestBase {
     }
   }
 
+  /** Runs `body` on a fresh sink in a temporary directory, with no failure injected. */
+  private def withSink[A](fmt: String, partitioned: Boolean, interval: Int)(body: Sink => A): A =
+    withTempDir { root =>
+      FailureInjection.reset()
+      body(Sink(root, fmt, partitioned, interval))
+    }
+
   private def rowsOf(batch: Int): Seq[Int] = (0 until 7).map(batch * 100 + _)
 
   private def runBatch(sink: Sink, q: StreamingQuery, batch: Int): Unit = {
     sink.input.addData(rowsOf(batch): _*)
-    q.processAllAvailable()
-  }
-
-  private def readLines(f: File): Seq[String] = Files.readAllLines(f.toPath, UTF_8).asScala.toSeq
-
-  /** Log file names (`N`, `N.compact`); every compact file has its `N.compact.index` beside it. */
-  private def logFileNames(meta: File): Set[String] = {
-    val all =
-      meta.listFiles().map(_.getName)
-        .filterNot(n => n.startsWith(".") || n.endsWith(".crc") || JsonRecordFile.isRecordName(n))
-        .toSet
-    val (indexes, logs) = all.partition(_.endsWith(".compact.index"))
-    assert(indexes === logs.filter(_.endsWith(".compact")).map(_ + ".index"))
-    logs
+    processAll(q)
   }
 
   /** Data files on disk under `out` (not metadata, checksums or markers), as local paths. */
@@ -111,29 +99,6 @@ class CommitProtocolQuerySuite extends SparkSessionTestBase {
 
   private def localPath(logged: String): String = new Path(new URI(logged)).toUri.getPath
 
-  /** (path, batchId) of every entry line of a log file, checking the line's shape. */
-  private def entriesIn(f: File): Seq[(String, Long)] = {
-    val lines = readLines(f)
-    assert(lines.head === "v1", f.toString)
-    lines.tail.map { l =>
-      val node = mapper.readTree(l)
-      assert(
-        node.fieldNames().asScala.toSeq === Seq(
-          "path",
-          "size",
-          "isDir",
-          "modificationTime",
-          "blockReplication",
-          "blockSize",
-          "action",
-          "batchId"
-        ),
-        s"$f: $l"
-      )
-      (node.get("path").asText, node.get("batchId").asLong)
-    }
-  }
-
   private def readIds(fmt: String, paths: Seq[String]): Seq[Long] =
     if (paths.isEmpty) Nil
     else spark.read.format(fmt).schema("id LONG").load(paths: _*).collect().map(_.getLong(0))
@@ -146,18 +111,18 @@ class CommitProtocolQuerySuite extends SparkSessionTestBase {
    */
   private def checkSink(s: Sink, last: Int): Unit = {
     val ids = 0 to last
-    assert(logFileNames(s.meta) ===
+    assert(logFileNames(s.meta, indexed = true) ===
       ids.map(b => if ((b + 1) % s.interval == 0) s"$b.compact" else b.toString).toSet)
     val perBatch: Map[Long, Seq[String]] = ids.map { b =>
       val compact = (b + 1) % s.interval == 0
-      val entries = entriesIn(new File(s.meta, if (compact) s"$b.compact" else b.toString))
+      val entries = taggedEntriesIn(new File(s.meta, if (compact) s"$b.compact" else b.toString))
       val own = entries.filter(_._2 == b.toLong)
       if (!compact) assert(own === entries, s"batch file $b holds only batch $b")
       b.toLong -> own.map(_._1)
     }.toMap
     // a compact file holds exactly the entries of every batch up to it, each once
     ids.filter(b => (b + 1) % s.interval == 0).foreach { b =>
-      val entries = entriesIn(new File(s.meta, s"$b.compact"))
+      val entries = taggedEntriesIn(new File(s.meta, s"$b.compact"))
       assert(entries.size === entries.toSet.size)
       assert(entries.toSet === (0 to b).flatMap(x => perBatch(x.toLong).map((_, x.toLong))).toSet)
     }
@@ -198,12 +163,8 @@ class CommitProtocolQuerySuite extends SparkSessionTestBase {
     test(
       s"batches are tagged in file names and log lines; a re-run batch writes nothing ($label)"
     ) {
-      withTempDir { root =>
-        FailureInjection.reset()
-        val s = Sink(root, fmt, partitioned, interval)
-        val q = s.start()
-        try (0 to 5).foreach(runBatch(s, q, _))
-        finally q.stop()
+      withSink(fmt, partitioned, interval) { s =>
+        withQuery(s.start())(q => (0 to 5).foreach(runBatch(s, q, _)))
         checkSink(s, 5)
 
         // forget that batch 5 was committed: the restarted query re-runs it, the sink skips it
@@ -211,49 +172,42 @@ class CommitProtocolQuerySuite extends SparkSessionTestBase {
         assert(commit.delete())
         new File(s.checkpoint, "commits/.5.crc").delete()
         val before = snapshot(s.out)
-        val q2 = s.start()
-        try {
-          q2.processAllAvailable()
+        withQuery(s.start()) { q2 =>
+          processAll(q2)
           assert(commit.exists(), "batch 5 was re-run and committed")
           assert(snapshot(s.out) === before, "the re-run of batch 5 wrote nothing")
           checkSink(s, 5)
           runBatch(s, q2, 6)
-        } finally q2.stop()
+        }
         checkSink(s, 6)
       }
     }
   }
 
   test("a task that fails once is retried: no file of the failed attempt is logged or left") {
-    withTempDir { root =>
-      FailureInjection.reset()
-      val s = Sink(root, "json", partitioned = false, interval = 2)
-      val q = s.start()
-      try {
+    withSink("json", partitioned = false, interval = 2) { s =>
+      withQuery(s.start()) { q =>
         runBatch(s, q, 0)
         FailureInjection.failOn = rowsOf(1)(5).toLong
         runBatch(s, q, 1)
         assert(FailureInjection.failures.get === 1)
         FailureInjection.reset()
         runBatch(s, q, 2)
-      } finally q.stop()
+      }
       checkSink(s, 2)
     }
   }
 
   test("a batch whose job fails is not logged; after a restart its rows are written once") {
-    withTempDir { root =>
-      FailureInjection.reset()
-      val s = Sink(root, "parquet", partitioned = false, interval = 3)
-      val q = s.start()
-      try {
+    withSink("parquet", partitioned = false, interval = 3) { s =>
+      withQuery(s.start()) { q =>
         (0 to 2).foreach(runBatch(s, q, _))
         FailureInjection.failOn = rowsOf(3)(2).toLong
         FailureInjection.firstAttemptOnly = false
         s.input.addData(rowsOf(3): _*)
-        val e = intercept[StreamingQueryException](q.processAllAvailable())
+        val e = intercept[StreamingQueryException](processAll(q))
         assert(e.getMessage.contains("injected failure on row 302"), e.getMessage)
-      } finally q.stop()
+      }
       assert(FailureInjection.failures.get === 3, "3 attempts of the failing task")
       assert(!new File(s.meta, "3").exists(), "no log file for the failed batch")
       assert(!new File(s.checkpoint, "commits/3").exists())
@@ -265,24 +219,19 @@ class CommitProtocolQuerySuite extends SparkSessionTestBase {
       checkSink(s, 2)
 
       FailureInjection.reset()
-      val q2 = s.start()
-      try {
-        q2.processAllAvailable()
+      withQuery(s.start()) { q2 =>
+        processAll(q2)
         checkSink(s, 3)
         runBatch(s, q2, 4)
-      } finally q2.stop()
+      }
       checkSink(s, 4)
       assert(FailureInjection.failures.get === 0)
     }
   }
 
   test("a batch already in the log fails the commit instead of being logged twice") {
-    withTempDir { root =>
-      FailureInjection.reset()
-      val s = Sink(root, "json", partitioned = false, interval = 3)
-      val q = s.start()
-      try runBatch(s, q, 0)
-      finally q.stop()
+    withSink("json", partitioned = false, interval = 3) { s =>
+      val q = withQuery(s.start()) { q => runBatch(s, q, 0); q }
       val p = new BatchTaggedCommitProtocol("1", s.out.toString)
       val sinkLog = new org.apache.spark.sql.execution.streaming.sinks.FileStreamSinkLog(
         1,
@@ -299,7 +248,7 @@ class CommitProtocolQuerySuite extends SparkSessionTestBase {
       val e = intercept[BatchLogException](p.commitJob(job, Seq.empty))
       assert(e.code === BatchLogException.RaceCommittingBatch)
       assert(e.getMessage.contains("Batch 0"))
-      assert(logFileNames(s.meta) === Set("0"))
+      assert(logFileNames(s.meta, indexed = true) === Set("0"))
       checkSink(s, 0)
     }
   }

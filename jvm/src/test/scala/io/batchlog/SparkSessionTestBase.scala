@@ -6,16 +6,20 @@ import java.nio.file.Files
 import scala.collection.mutable
 
 import org.scalatest.BeforeAndAfterAll
-import org.scalatest.funsuite.AnyFunSuite
+import org.scalatest.concurrent.{Signaler, ThreadSignaler, TimeLimits}
+import org.scalatest.time.{Seconds, Span}
 
 import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.streaming.StreamingQuery
+
+import io.batchlog.log.BatchTaggedFileStreamSinkLog
 
 /**
  * One local `SparkSession` per suite (graphframes style): created in `beforeAll`, stopped in
  * `afterAll`. Suites run one after another in one forked JVM, so each suite owns the session while
  * it runs.
  */
-trait SparkSessionTestBase extends AnyFunSuite with BeforeAndAfterAll {
+trait SparkSessionTestBase extends TempDirs with BeforeAndAfterAll with TimeLimits {
 
   /** The master URL; a suite that needs task retries overrides it (e.g. `local[2,3]`). */
   protected def master: String = "local[2]"
@@ -61,16 +65,30 @@ trait SparkSessionTestBase extends AnyFunSuite with BeforeAndAfterAll {
     dir
   }
 
-  /** Runs `f` with a fresh temporary directory and deletes it recursively afterwards. */
-  protected def withTempDir[A](f: File => A): A = {
-    val dir = Files.createTempDirectory("batchlog").toFile.getCanonicalFile
-    try f(dir)
-    finally deleteRecursively(dir)
+  /** The batch-tagged log in metadata directory `dir`, with the session's settings. */
+  protected def ours(dir: File): BatchTaggedFileStreamSinkLog =
+    new BatchTaggedFileStreamSinkLog(spark, dir.toString)
+
+  /** Spark's own sink log in metadata directory `dir`, with the session's settings. */
+  protected def vanilla(dir: File): VanillaSinkLog = new VanillaSinkLog(spark, dir.toString)
+
+  /** Runs `body` with the query `start` starts, stopping it afterwards whatever happens. */
+  protected def withQuery[A](start: => StreamingQuery)(body: StreamingQuery => A): A = {
+    val q = start
+    try body(q)
+    finally q.stop()
   }
 
-  protected def deleteRecursively(f: File): Unit = {
-    if (f.isDirectory) Option(f.listFiles()).foreach(_.foreach(deleteRecursively))
-    if (f.exists() && !f.delete()) throw new java.io.IOException(s"Cannot delete $f")
+  /** How long a query may take to process what it was given before the test fails. */
+  protected val queryTimeout: Span = Span(120, Seconds)
+
+  /**
+   * `q.processAllAvailable()`, which has no timeout of its own: after [[queryTimeout]] the wait is
+   * interrupted and the test fails, saying so, instead of hanging the build.
+   */
+  protected def processAll(q: StreamingQuery): Unit = {
+    implicit val signaler: Signaler = ThreadSignaler
+    failAfter(queryTimeout)(q.processAllAvailable())
   }
 
   /** Sets session SQL confs for the duration of `f`, restoring the previous values. */

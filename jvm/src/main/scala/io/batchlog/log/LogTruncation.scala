@@ -48,8 +48,11 @@ object LogTruncation {
       if (missing.isEmpty) None
       else present.filter(id => id > keepUpTo && isCompactionBatch(id, interval)).headOption
     if (missing.nonEmpty && from.isEmpty) {
+      val name =
+        if (isCompactionBatch(missing.head, interval)) s"${missing.head}$COMPACT_FILE_SUFFIX"
+        else missing.head.toString
       throw BatchLogException.missingLogFile(
-        new Path(dir, missing.head.toString).toString,
+        new Path(dir, name).toString,
         s"it is needed to cut the log back to batch $keepUpTo and no later compact file holds " +
           "its entries"
       )

@@ -1,0 +1,110 @@
+package io.batchlog
+
+import java.io.File
+
+import scala.jdk.CollectionConverters._
+
+import com.fasterxml.jackson.databind.ObjectMapper
+
+import io.batchlog.log.{LogFormat, SinkLogEntry}
+
+/** The line format of a batch-tagged log: encoding, decoding, tags, and resolving a batch. */
+class LogFormatSuite extends SparkSessionTestBase {
+  import TestLogs._
+
+  private val mapper = new ObjectMapper()
+
+  private val awkwardPaths = Seq(
+    "file:/data/out/a%20b/part-00000-batch-3-" + uuid(3, 0) + ".json",
+    "file:/data/out/dir with spaces/part-00001.parquet",
+    "file:/data/out/\u00fcn\u00efc\u00f8d\u00e9/\u65e5\u672c/\ud83d\ude00/part-00002.parquet",
+    "file:/data/out/100%/p=%25x/part-00003.parquet",
+    "file:/data/out/\"quoted\"/it's/part-00004.parquet",
+    "file:/data/out/back\\slash/tab\tnew\nline/part-00005.parquet",
+    "file:/data/out/x,\"batchId\":5}/part-00006.parquet",
+    "file:/data/out/{}[]:,/part-00007.parquet"
+  )
+
+  test("encode/decode round-trip awkward paths, tagged and untagged") {
+    for (p <- awkwardPaths; batch <- Seq(Some(0L), Some(7L), Some(Long.MaxValue), None)) {
+      val e = SinkLogEntry(p, 12345L, isDir = false, 1700000000123L, 3, 134217728L, "add", batch)
+      val line = LogFormat.encode(e)
+      assert(!line.contains('\n') && !line.contains('\r'), line)
+      assert(LogFormat.decode(line) === e)
+      assert(LogFormat.isTagged(line) === batch.isDefined, line)
+      // a plain JSON parser agrees
+      val node = mapper.readTree(line)
+      assert(node.get("path").asText === p)
+      assert(node.fieldNames().asScala.toSeq === VanillaFields ++ batch.map(_ => "batchId"))
+      if (batch.isEmpty) {
+        val tagged = LogFormat.tagLine(line, 42L)
+        assert(LogFormat.isTagged(tagged))
+        assert(tagged === LogFormat.encode(e.copy(batchId = Some(42L))))
+        assert(LogFormat.decode(tagged) === e.copy(batchId = Some(42L)))
+      }
+    }
+  }
+
+  test("untagged lines are exactly what Spark writes, and Spark's lines decode untagged") {
+    withTempDir { root =>
+      val dir = metaDir(root)
+      val entries = awkwardPaths.zipWithIndex.map { case (p, i) =>
+        SinkLogEntry(p, i.toLong, i % 2 == 0, 1700000000000L + i, 1, 64L, "add", None)
+      }
+      val v = vanilla(dir)
+      assert(v.add(0L, entries.map(_.toSinkFileStatus).toArray))
+      val lines = readLines(new File(dir, "0"))
+      assert(lines === "v1" +: entries.map(e => LogFormat.encode(e)))
+      assert(lines.tail.map(LogFormat.decode) === entries)
+      assert(lines.tail.forall(l => !LogFormat.isTagged(l)))
+    }
+  }
+
+  test("isTagged only accepts a trailing integer batchId") {
+    val base = LogFormat.encode(plainEntry(1, 0).copy(batchId = None))
+    val body = base.dropRight(1)
+    assert(!LogFormat.isTagged(base))
+    assert(LogFormat.isTagged(body + ",\"batchId\":17}"))
+    assert(!LogFormat.isTagged(body + ",\"batchId\":null}"))
+    assert(!LogFormat.isTagged(body + ",\"batchId\":}"))
+    assert(!LogFormat.isTagged(body + ",\"batchId\":-1}"))
+    assert(!LogFormat.isTagged(body + ",\"batchId\":\"7\"}"))
+    assert(!LogFormat.isTagged(body + ",\"batchId\":7"))
+    assert(!LogFormat.isTagged(""))
+    assert(LogFormat.decode(body + ",\"batchId\":null}").batchId === None)
+    // unknown fields are ignored, wherever they are
+    assert(
+      LogFormat.decode("{\"x\":{\"y\":[1,2]}," + base.drop(1)) === plainEntry(1, 0).copy(batchId =
+        None
+      )
+    )
+  }
+
+  test("decode names a missing or mistyped field") {
+    val line = LogFormat.encode(plainEntry(4, 1))
+    for (field <- VanillaFields) {
+      val node = mapper.readTree(line).asInstanceOf[com.fasterxml.jackson.databind.node.ObjectNode]
+      node.remove(field)
+      val e = intercept[IllegalArgumentException](LogFormat.decode(mapper.writeValueAsString(node)))
+      assert(e.getMessage.contains(s"'$field'"), e.getMessage)
+      assert(e.getMessage.contains("missing"), e.getMessage)
+    }
+    val wrongType = line.replace("\"size\":4001", "\"size\":\"4001\"")
+    assert(wrongType !== line)
+    assert(intercept[IllegalArgumentException](LogFormat.decode(wrongType)).getMessage
+      .contains("'size'"))
+    for (bad <- Seq("", "[]", "not json", line.dropRight(1), line + "x", line + " {}")) {
+      intercept[IllegalArgumentException](LogFormat.decode(bad))
+    }
+  }
+
+  test("resolveBatch: field, then batch file, then data file name, else untagged") {
+    val untaggedPlain = plainEntry(7, 0).copy(batchId = None)
+    val untaggedNamed = namedEntry(7, 0).copy(batchId = None)
+    assert(LogFormat.resolveBatch(plainEntry(7, 0), 9L, inCompact = true) === Some(7L))
+    assert(LogFormat.resolveBatch(untaggedPlain, 9L, inCompact = false) === Some(9L))
+    assert(LogFormat.resolveBatch(untaggedPlain, 9L, inCompact = true) === None)
+    assert(LogFormat.resolveBatch(untaggedNamed, 9L, inCompact = true) === Some(7L))
+  }
+
+}

@@ -1,0 +1,95 @@
+package io.batchlog
+
+import java.io.File
+
+import io.batchlog.log.BatchTaggedFileStreamSinkLog
+
+/** Corrupt, truncated, mis-versioned and missing log files: errors that name the file. */
+class SinkLogBadInputSuite extends SparkSessionTestBase {
+  import BatchLogConf._
+  import TestLogs._
+
+  // ---- bad input ------------------------------------------------------------------------------
+
+  /** A log with batches 0..4 at compactInterval 3 (2.compact, 3, 4). */
+  private def withSmallLog(f: (File, BatchTaggedFileStreamSinkLog) => Unit): Unit =
+    withTempDir { root =>
+      val dir = metaDir(root)
+      withSQLConf(CompactIntervalKey -> "3", DeletionKey -> "false") {
+        val log = ours(dir)
+        (0L to 4L).foreach(b => assert(log.add(b, entriesOf(b))))
+        f(dir, ours(dir))
+      }
+    }
+
+  private def assertFails(code: String, file: File, more: String*)(body: => Any): Unit = {
+    val e = intercept[BatchLogException](body)
+    assert(e.code === code, e.getMessage)
+    assert(
+      e.getMessage.contains(s"_spark_metadata/${file.getName} ") ||
+        e.getMessage.contains(s"_spark_metadata/${file.getName},"),
+      e.getMessage
+    )
+    more.foreach(m => assert(e.getMessage.contains(m), e.getMessage))
+  }
+
+  test("a corrupt line fails reading and compaction, naming the file and line") {
+    withSmallLog { (dir, log) =>
+      val f = new File(dir, "4")
+      val lines = readLines(f)
+      overwrite(f, Seq(lines(0), lines(1), lines(2).take(30), lines(3)))
+      assertFails(BatchLogException.CorruptLog, f, "line 3")(log.allFiles())
+      assertFails(BatchLogException.CorruptLog, f, "line 3")(log.foreachEntryIn(4L)(_ => ()))
+      assertFails(BatchLogException.CorruptLog, f, "line 3")(log.add(5L, entriesOf(5L)))
+      assert(!new File(dir, "5.compact").exists())
+      assert(logFileNames(dir) === Set("0", "1", "2.compact", "3", "4"))
+    }
+  }
+
+  test("a line missing a required field fails compaction, naming the file and the field") {
+    withSmallLog { (dir, log) =>
+      val f = new File(dir, "3")
+      val lines = readLines(f)
+      overwrite(f, lines.updated(2, lines(2).replaceFirst(",\"modificationTime\":[0-9]+", "")))
+      assertFails(BatchLogException.CorruptLog, f, "line 3", "'modificationTime'")(
+        log.add(5L, entriesOf(5L))
+      )
+      assert(!new File(dir, "5.compact").exists())
+    }
+  }
+
+  test("an unsupported version header fails, naming the file") {
+    withSmallLog { (dir, log) =>
+      val f = new File(dir, "2.compact")
+      overwrite(f, "v2" +: readLines(f).tail)
+      assertFails(BatchLogException.CorruptLog, f, "'v2'")(log.allFiles())
+      assertFails(BatchLogException.CorruptLog, f, "'v2'")(log.checkHeader(2L))
+      assertFails(BatchLogException.CorruptLog, f, "'v2'")(log.add(5L, entriesOf(5L)))
+      assert(!new File(dir, "5.compact").exists())
+      overwrite(f, Seq.empty)
+      assertFails(BatchLogException.CorruptLog, f, "empty")(log.allFiles())
+    }
+  }
+
+  test("a missing batch file fails compaction and reading, naming the file") {
+    withSmallLog { (dir, log) =>
+      val f = new File(dir, "3")
+      assert(f.delete())
+      new File(dir, ".3.crc").delete()
+      assertFails(BatchLogException.MissingLogFile, f)(log.add(5L, entriesOf(5L)))
+      assert(!new File(dir, "5.compact").exists())
+      assertFails(BatchLogException.MissingLogFile, f)(log.allFiles())
+    }
+  }
+
+  test("a corrupt line read through Spark's get() API names the file") {
+    withSmallLog { (dir, log) =>
+      val f = new File(dir, "4")
+      val lines = readLines(f)
+      overwrite(f, lines.updated(1, "{"))
+      assertFails(BatchLogException.CorruptLog, f, "line 2")(log.get(4L))
+      assert(log.get(3L).get.toSeq === entriesOf(3L).toSeq)
+    }
+  }
+
+}
