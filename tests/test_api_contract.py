@@ -14,7 +14,12 @@ from pyspark.sql import SparkSession
 
 
 def test_every_jvm_error_code_has_one_python_exception(spark: SparkSession) -> None:
-    codes = list(spark._jvm.io.batchlog.BatchLogException.Codes())  # type: ignore[union-attr]
+    jvm = spark._jvm
+    codes = list(
+        jvm.scala.jdk.javaapi.CollectionConverters.asJava(  # type: ignore[union-attr]
+            jvm.io.batchlog.BatchLogException.Codes()  # type: ignore[union-attr]
+        )
+    )
     assert sorted(ERRORS_BY_CODE) == sorted(codes)
     assert all(cls.code == code for code, cls in ERRORS_BY_CODE.items())
 
@@ -34,7 +39,8 @@ REPORT_TYPES = [
 
 @pytest.mark.parametrize("cls", REPORT_TYPES, ids=lambda t: t.__name__)
 def test_report_fields_match_the_jvm_case_class(spark: SparkSession, cls: type) -> None:
-    jclass = spark._jvm.java.lang.Class.forName(f"io.batchlog.ops.{cls.__name__}")  # type: ignore[union-attr]
+    # py4j finds the class through the class loader that holds the jar (spark.jars).
+    jclass = getattr(spark._jvm.io.batchlog.ops, cls.__name__)._java_lang_class  # type: ignore[union-attr]
     # A case class's constructor parameters are its fields, in order.
     (ctor,) = [c for c in jclass.getConstructors()]
     jvm_fields = [p.getName() for p in ctor.getParameters()]

@@ -162,22 +162,20 @@ class RewindPlanSuite extends SparkSessionTestBase {
     }
   }
 
-  test("one compact file left: the rewound log stays readable (pending: reported bug)") {
+  test("one compact file left: the cut is laid out for the interval readers derive") {
     withSQLConf(CompactIntervalKey -> "3", MinBatchesToRetainKey -> "2", CleanupDelayKey -> "0") {
       withFixture() { fx =>
         assert(logFileNames(fx.meta) === Set("5.compact", "6", "7"))
         val p = fx.plan(4L)
         assert(dataFilesOf(p) === loggedFiles(fx, 4L to 7L))
-        // Today the cut follows the interval Spark derives from the one compact file left (6):
-        // it rebuilds batch files 0..3 from 5.compact. The rewound log has no compact file left
-        // to derive 6 from, so a query at interval 3 (and any reader) looks for 2.compact.
+        // Spark derives interval 6 from 5.compact alone; laid out for 6 the cut would leave batch
+        // files 0..3 and no compact file, and readers (at 3, the configured interval) would look
+        // for 2.compact. It is laid out for 3, which readers derive from 2.compact.
         assert(p.sinkLog ===
-          LogTruncation(meta(fx), 3L, 6, Seq(0L, 1L, 2L, 3L), Some(5L), Seq(7L, 6L, 5L)))
+          LogTruncation(meta(fx), 3L, 3, Seq(2L, 3L), Some(5L), Seq(7L, 6L, 5L)))
         Rewind.apply(spark, p, quiet = true)
-        assert(logFileNames(fx.meta) === Set("0", "1", "2", "3"))
-        pendingUntilFixed {
-          assert(ours(fx.meta).allFiles().map(_.batchId.get).toSet === (0L to 3L).toSet)
-        }
+        assert(logFileNames(fx.meta) === Set("2.compact", "3"))
+        assert(ours(fx.meta).allFiles().map(_.batchId.get).toSet === (0L to 3L).toSet)
       }
     }
   }

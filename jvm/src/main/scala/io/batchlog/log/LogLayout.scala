@@ -35,11 +35,18 @@ object LogLayout {
    */
   def intervalOf(fm: CheckpointFileManager, dir: Path, default: Int): (Seq[Long], Option[Int]) = {
     val ids = compactIds(fm, dir)
-    ids -> (ids match {
-      case a +: b +: _ => Some((a - b).toInt)
-      case Seq(a) => Some(deriveCompactInterval(default, a.toInt))
-      case _ => None
-    })
+    ids -> (if (ids.isEmpty) None else Some(derivedInterval(ids, default)))
+  }
+
+  /**
+   * The interval Spark derives for a log whose compact files are `compactIds` (newest first): the
+   * gap between the two newest, else `deriveCompactInterval(default, c)` from the one there is,
+   * else `default`.
+   */
+  def derivedInterval(compactIds: Seq[Long], default: Int): Int = compactIds match {
+    case a +: b +: _ => (a - b).toInt
+    case Seq(a) => deriveCompactInterval(default, a.toInt)
+    case _ => default
   }
 
   /**

@@ -61,6 +61,41 @@ object LogTruncation {
   }
 
   /**
+   * A cut that readers can follow. Spark derives a log's interval from its compact files
+   * ([[LogLayout.derivedInterval]]), so a cut that leaves fewer than two of them changes the
+   * interval readers derive: from `5.compact, 6, 7` (interval 3) Spark derives 6, and a cut to
+   * batch 3 laid out for 6 (batch files 0..3) leaves no compact file, so readers fall back to
+   * `configured` (3) and look for `2.compact`. The cut is laid out for the interval readers will
+   * derive from what it leaves: planned with the log's `interval`, re-planned with the derived one
+   * until both agree.
+   *
+   * @param configured
+   *   the interval the writing query is configured with (readers' default)
+   */
+  def planReadable(
+      fm: CheckpointFileManager,
+      dir: Path,
+      keepUpTo: Long,
+      interval: Int,
+      configured: Int
+  ): LogTruncation = {
+    val compacts = LogLayout.compactIds(fm, dir).filter(_ <= keepUpTo)
+    def derived(t: LogTruncation) = LogLayout.derivedInterval(
+      (compacts ++ t.rebuild.filter(isCompactionBatch(_, t.interval))).distinct
+        .sorted(Ordering.Long.reverse),
+      configured
+    )
+    Iterator.iterate(plan(fm, dir, keepUpTo, interval))(t => plan(fm, dir, keepUpTo, derived(t)))
+      .take(3).find(t => derived(t) == t.interval).getOrElse(
+        throw BatchLogException.unsupportedCheckpoint(
+          dir.toString,
+          s"no layout of the log cut back to batch $keepUpTo keeps the compact interval readers " +
+            s"derive from it (the log's is $interval, the configured one $configured)"
+        )
+      )
+  }
+
+  /**
    * Carries out `t`. `batchOf(line)` gives an entry line's batch (None if unknown: then a rebuild
    * that needs it fails rather than guess). Re-running after a crash is safe: it re-plans from what
    * is on disk, and each file is written atomically.
@@ -85,10 +120,14 @@ object LogTruncation {
       }
     }
     t.delete.foreach { id =>
-      val file = new Path(t.dir, t.fileName(id))
-      // the index first: a crash between never leaves an index without its compact file
-      if (isCompactionBatch(id, t.interval)) fm.delete(CompactIndex.pathOf(file))
-      fm.delete(file)
+      // By the names present: a cut laid out for another interval than the log's
+      // (planReadable) names a file differently from how it was written.
+      Seq(true, false).map(c => new Path(t.dir, LogLayout.fileName(id, c))).filter(fm.exists)
+        .foreach { file =>
+          // the index first: a crash between never leaves an index without its compact file
+          if (LogLayout.isCompactName(file.getName)) fm.delete(CompactIndex.pathOf(file))
+          fm.delete(file)
+        }
     }
   }
 }

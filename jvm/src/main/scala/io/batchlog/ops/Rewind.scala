@@ -151,7 +151,8 @@ object Rewind {
           case Some(k) =>
             val default = spark.sessionState.conf.fileSourceLogCompactInterval
             val interval = LogLayout.intervalOf(cp.fm, dir, default)._2.getOrElse(default)
-            Some(i -> LogTruncation.plan(cp.fm, dir, k, interval)).filterNot(_._2.isNoop)
+            Some(i -> LogTruncation.planReadable(cp.fm, dir, k, interval, default))
+              .filterNot(_._2.isNoop)
           case None if LogLayout.listIds(cp.fm, dir).forall(_ == 0L) =>
             None // initial offsets only
           case None =>
@@ -180,7 +181,14 @@ object Rewind {
       sinkHorizon,
       checkpointHorizon,
       dataFiles.toSeq,
-      LogTruncation.plan(sinkFm, meta, toBatch - 1, log.interval),
+      LogTruncation.planReadable(
+        sinkFm,
+        meta,
+        toBatch - 1,
+        log.interval,
+        SinkRecord.read(sinkFm, meta).map(_.compactInterval)
+          .getOrElse(BatchLogConf.sinkLogSettings(spark).compactInterval)
+      ),
       sourceLogs,
       stateFiles,
       removeStateDir,
