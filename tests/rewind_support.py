@@ -10,7 +10,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,11 +18,17 @@ from typing import Any
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from support import PYTHON_DIR, REPO, await_query, batchlog, get_spark, session_conf
+from support import (
+    await_query,
+    batchlog,
+    get_spark,
+    halt_after_rewind_step_confs,
+    run_cli,
+    session_conf,
+)
 
-__all__ = ["batchlog", "get_spark"]  # test modules import these from here
-
-VENV_PYTHON = REPO / ".venv" / "bin" / "python"
+# test modules import these from here
+__all__ = ["batchlog", "get_spark", "halt_after_rewind_step_confs", "run_cli"]
 
 SINK_COMPACT = "spark.sql.streaming.fileSink.log.compactInterval"
 SOURCE_COMPACT = "spark.sql.streaming.fileSource.log.compactInterval"
@@ -203,21 +208,6 @@ REWIND_STEPS = [
     "source-logs",
     "done",
 ]
-
-
-# ---- CLI -----------------------------------------------------------------------------------
-
-
-def run_cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYTHONPATH=str(PYTHON_DIR))
-    return subprocess.run(
-        [str(VENV_PYTHON), "-m", "batchlog", *args],
-        cwd=str(REPO),
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 # ---- a stateless sink built once and restored per test ------------------------------------

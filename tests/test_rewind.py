@@ -331,11 +331,10 @@ CRASH_TO = 16
     "step", ["intent", "fence", "data-files", "sink-log", "source-logs", "commits"]
 )
 def test_crash_mid_rewind_refuses_writes_then_resumes(
-    spark: SparkSession, sink: rs.IdsSink, step: str
+    spark: SparkSession, sink: rs.IdsSink, step: str, testkit_jar: str
 ) -> None:
     cli = rs.run_cli(
-        "--conf",
-        f"spark.batchlog.test.haltAfterRewindStep={step}",
+        *rs.halt_after_rewind_step_confs(step),
         *[f"--conf={k}={v}" for k, v in rs.IDS_CONFS.items()],
         "rewind",
         str(sink.out),
@@ -374,11 +373,10 @@ def test_crash_mid_rewind_refuses_writes_then_resumes(
     assert_sink_exact(spark, sink, CRASH_TO, N_BATCHES)
 
 
-def test_crash_resumed_by_the_cli(spark: SparkSession, sink: rs.IdsSink) -> None:
+def test_crash_resumed_by_the_cli(spark: SparkSession, sink: rs.IdsSink, testkit_jar: str) -> None:
     args = ["rewind", str(sink.out), "--checkpoint", str(sink.ck), "--to-batch", str(CRASH_TO)]
     confs = [f"--conf={k}={v}" for k, v in rs.IDS_CONFS.items()]
-    halt = "--conf=spark.batchlog.test.haltAfterRewindStep=offsets"
-    crashed = rs.run_cli(halt, *confs, *args)
+    crashed = rs.run_cli(*rs.halt_after_rewind_step_confs("offsets"), *confs, *args)
     assert crashed.returncode != 0
     assert "rewind step 'offsets' done" in crashed.stderr
     assert "rewind step 'done' done" not in crashed.stderr
@@ -395,7 +393,7 @@ def test_crash_resumed_by_the_cli(spark: SparkSession, sink: rs.IdsSink) -> None
 
 @pytest.mark.parametrize("step", ["fence", "sink-log", "state", "source-logs"])
 def test_crash_mid_rewind_of_a_windowed_query_then_resume_replays_exactly(
-    spark: SparkSession, tmp_path: Path, step: str
+    spark: SparkSession, tmp_path: Path, step: str, testkit_jar: str
 ) -> None:
     """A SIGKILL-like halt of the rewind command after each step of a stateful rewind, then the
     same rewind re-run: the windowed counts come out exactly as before the rewind."""
@@ -404,7 +402,7 @@ def test_crash_mid_rewind_of_a_windowed_query_then_resume_replays_exactly(
     rs.run_window_query(spark, inbox, out, ck)
     reference = rs.rows_of(spark.read.parquet(str(out)), "w", "k", "count")
     args = ["rewind", str(out), "--checkpoint", str(ck), "--to-batch", "6"]
-    crashed = rs.run_cli(f"--conf=spark.batchlog.test.haltAfterRewindStep={step}", *args)
+    crashed = rs.run_cli(*rs.halt_after_rewind_step_confs(step), *args)
     assert crashed.returncode != 0 and f"rewind step '{step}' done" in crashed.stderr
     assert (out / "_spark_metadata" / "batchlog-rewind.json").exists()
     report = batchlog.rewind(spark, str(out), str(ck), 6, quiet=True)
