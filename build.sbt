@@ -33,6 +33,20 @@ lazy val sparkJavaOptions = Seq(
 )
 
 lazy val copyJarToPython = taskKey[File]("Copies the built jar into python/batchlog/jars/")
+lazy val copyTestkitJar =
+  taskKey[File]("Copies the test kit's jar to tests/jars/batchlog-testkit.jar (pytest uses it)")
+
+lazy val scalaOptions =
+  Seq("-deprecation", "-feature", "-unchecked", "-release:17", "-Wunused:imports")
+
+/** Forked ScalaTest runs with a local Spark, as the Python tests do. */
+lazy val sparkTestSettings = Seq(
+  libraryDependencies += "org.scalatest" %% "scalatest" % "3.2.19" % Test,
+  Test / fork := true,
+  Test / parallelExecution := false,
+  Test / javaOptions ++= sparkJavaOptions ++ Seq("-Xmx3g", "-Dspark.ui.enabled=false"),
+  Test / testOptions += Tests.Argument(TestFrameworks.ScalaTest, "-oD")
+)
 
 lazy val batchlog = (project in file("jvm"))
   .settings(
@@ -49,25 +63,40 @@ lazy val batchlog = (project in file("jvm"))
       }
     },
     Compile / unmanagedJars ++= (sparkJarsDir.value * "*.jar").classpath,
-    libraryDependencies += "org.scalatest" %% "scalatest" % "3.2.19" % Test,
-    scalacOptions ++= Seq(
-      "-deprecation",
-      "-feature",
-      "-unchecked",
-      "-release:17",
-      "-Wunused:imports"
-    ),
+    scalacOptions ++= scalaOptions,
     javacOptions ++= Seq("--release", "17"),
-    Test / fork := true,
-    Test / parallelExecution := false,
-    Test / javaOptions ++= sparkJavaOptions ++ Seq("-Xmx3g", "-Dspark.ui.enabled=false"),
-    Test / testOptions += Tests.Argument(TestFrameworks.ScalaTest, "-oD"),
+    sparkTestSettings,
     run / fork := true,
     run / javaOptions ++= sparkJavaOptions,
     // The Python package ships the jar; `batchlog.jar_path()` finds it there.
     copyJarToPython := {
       val jar = (Compile / packageBin).value
       val dest = baseDirectory.value / ".." / "python" / "batchlog" / "jars" / "batchlog.jar"
+      IO.copyFile(jar, dest)
+      dest
+    }
+  )
+
+/**
+ * Test-only code that must never ship in the product jar: the fault-injecting CheckpointFileManager
+ * and the rewind step listener that halts the JVM. Its own tests include FaultInjectionSuite and
+ * the check that the product jar holds none of it. pytest puts its jar (`copyTestkitJar`) on the
+ * class path of the sessions that inject faults. Not published.
+ */
+lazy val testkit = (project in file("jvm/testkit"))
+  .dependsOn(batchlog)
+  .settings(
+    name := "batchlog-testkit",
+    publish / skip := true,
+    Compile / unmanagedJars ++= (batchlog / Compile / unmanagedJars).value,
+    scalacOptions ++= scalaOptions,
+    javacOptions ++= Seq("--release", "17"),
+    sparkTestSettings,
+    // ProductJarSuite inspects the product jar as users get it.
+    Test / javaOptions += s"-Dbatchlog.productJar=${(batchlog / Compile / packageBin).value}",
+    copyTestkitJar := {
+      val jar = (Compile / packageBin).value
+      val dest = (ThisBuild / baseDirectory).value / "tests" / "jars" / "batchlog-testkit.jar"
       IO.copyFile(jar, dest)
       dest
     }
@@ -84,5 +113,5 @@ lazy val bench = (project in file("bench"))
   )
 
 lazy val root = (project in file("."))
-  .aggregate(batchlog, bench)
+  .aggregate(batchlog, testkit, bench)
   .settings(publish / skip := true)

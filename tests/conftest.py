@@ -20,9 +20,18 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
-from support import PYTHON_DIR, REPO, await_query, batchlog, get_spark, session_conf
+from support import (
+    PYTHON_DIR,
+    QUERY_TIMEOUT_S,
+    REPO,
+    await_query,
+    batchlog,
+    get_spark,
+    session_conf,
+    testkit_jar_path,
+)
 
-__all__ = ["PYTHON_DIR", "session_conf"]  # re-exported for the test modules
+__all__ = ["PYTHON_DIR", "QUERY_TIMEOUT_S", "session_conf"]  # re-exported for the test modules
 
 COMMIT_PROTOCOL_KEY = "spark.sql.streaming.commitProtocolClass"
 COMPACT_INTERVAL_KEY = "spark.sql.streaming.fileSink.log.compactInterval"
@@ -47,9 +56,6 @@ UUID_RE = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 
 LOCAL_BLOCK_SIZE = 32 * 1024 * 1024  # Hadoop's local file system default block size
 
-#: Seconds a single streaming query or helper process may take before the test fails.
-QUERY_TIMEOUT_S = 180
-
 
 # ---- fixtures ----------------------------------------------------------------------------------
 
@@ -67,6 +73,16 @@ def batchlog_jar() -> str:
             pytrace=False,
         )
     return jar
+
+
+@pytest.fixture(scope="session")
+def testkit_jar() -> str:
+    """The test kit's jar (fault injection, halting a rewind), for the processes that inject
+    faults; fails clearly if it was not built."""
+    try:
+        return testkit_jar_path()
+    except FileNotFoundError as e:
+        pytest.fail(str(e), pytrace=False)
 
 
 @pytest.fixture(scope="session")

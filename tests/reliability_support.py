@@ -19,13 +19,24 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 from pyspark.sql import SparkSession
-from support import REPO, await_query, batchlog, get_spark, session_conf
+from support import (
+    FAULT_MANAGER,
+    QUERY_TIMEOUT_S,
+    REPO,
+    await_query,
+    batchlog,
+    get_spark,
+    jars_with_testkit,
+    poll,
+    run_cli,
+    session_conf,
+)
 
-__all__ = ["REPO", "batchlog"]  # test modules import these from here
+# test modules import these from here
+__all__ = ["FAULT_MANAGER", "REPO", "batchlog", "jars_with_testkit", "poll", "run_cli"]
 
 APPS = Path(__file__).resolve().parent / "apps"
 PYTHON = sys.executable
-FAULT_MANAGER = "io.batchlog.faults.FaultInjectingCheckpointFileManager"
 LOG_NAME = re.compile(r"^(\d+)(\.compact)?$")
 INDEX_NAME = re.compile(r"^(\d+\.compact)\.index$")
 RECORD_NAME = re.compile(r"^batchlog-[a-z]+\.json$")
@@ -76,7 +87,7 @@ def plain_read(out: Path, id_col: str = "id") -> dict[str, Any]:
         capture_output=True,
         text=True,
         env=env,
-        timeout=120,
+        timeout=QUERY_TIMEOUT_S,
     )
     assert r.returncode == 0, r.stderr[-3000:]
     result: dict[str, Any] = json.loads(r.stdout.strip().splitlines()[-1])
@@ -158,28 +169,6 @@ def check_log(out: Path, compact_interval: int, junk: frozenset[str] = frozenset
     paths = [e["path"] for e in live]
     assert len(paths) == len(set(paths)), "a file is logged twice"
     return {"latest": latest, "live": live}
-
-
-def run_cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    """``python -m batchlog ARGS`` in a subprocess (its own Spark session)."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(REPO / "python") + os.pathsep + env.get("PYTHONPATH", "")
-    return subprocess.run(
-        [PYTHON, "-m", "batchlog", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=timeout,
-    )
-
-
-def wait_for(pred: Any, timeout: float, step: float = 0.05) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(step)
-    return False
 
 
 def sql_conf(spark: SparkSession, **kv: str) -> AbstractContextManager[None]:

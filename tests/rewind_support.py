@@ -10,7 +10,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,11 +18,17 @@ from typing import Any
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from support import PYTHON_DIR, REPO, await_query, batchlog, get_spark, session_conf
+from support import (
+    await_query,
+    batchlog,
+    get_spark,
+    halt_after_rewind_step_confs,
+    run_cli,
+    session_conf,
+)
 
-__all__ = ["batchlog", "get_spark"]  # test modules import these from here
-
-VENV_PYTHON = REPO / ".venv" / "bin" / "python"
+# test modules import these from here
+__all__ = ["batchlog", "get_spark", "halt_after_rewind_step_confs", "run_cli"]
 
 SINK_COMPACT = "spark.sql.streaming.fileSink.log.compactInterval"
 SOURCE_COMPACT = "spark.sql.streaming.fileSource.log.compactInterval"
@@ -205,21 +210,6 @@ REWIND_STEPS = [
 ]
 
 
-# ---- CLI -----------------------------------------------------------------------------------
-
-
-def run_cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYTHONPATH=str(PYTHON_DIR))
-    return subprocess.run(
-        [str(VENV_PYTHON), "-m", "batchlog", *args],
-        cwd=str(REPO),
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
 # ---- a stateless sink built once and restored per test ------------------------------------
 
 
@@ -304,3 +294,40 @@ IDS_CONFS: dict[str, str | None] = {SINK_COMPACT: "3", SOURCE_COMPACT: "4"}
 def compact_names(ids: range, interval: int) -> list[str]:
     """Log file names for batch ids ``ids`` of a log compacting every ``interval`` batches."""
     return [f"{i}.compact" if (i + 1) % interval == 0 else str(i) for i in ids]
+
+
+def assert_sink_exact(spark: SparkSession, sink: IdsSink, to_batch: int, last: int) -> None:
+    """After a rewind to ``to_batch`` and a re-run with v = id*2 up to batch ``last``."""
+    df = spark.read.parquet(str(sink.out)).withColumn("f", F.input_file_name())
+    got = [tuple(r) for r in df.select("id", "p", "v", "f").collect()]
+    # every row exactly once, old transformation below to_batch and the new one from it
+    assert sorted(r[:3] for r in got) == sink.expected(to_batch, last)
+    # and each row sits in a data file named after the batch that read its input file
+    assert all(batch_of_name(r[3]) == r[0] // 10 for r in got)
+
+    log = batchlog.SinkLog(spark, str(sink.out))
+    assert log.latest_batch() == last
+    assert log.batches() == list(range(last + 1))
+    # files of the batches before to_batch are the very files the first run wrote
+    pristine = snapshot(sink.pristine / "out")
+    for b in range(min(to_batch, last + 1)):
+        files = {local(p): os.path.getsize(local(p)) for p in log.files(b)}
+        assert files == sink.files_by_batch[b]
+        for p in files:
+            pp = str(sink.pristine / "out" / os.path.relpath(p, sink.out))
+            st = os.stat(p)
+            assert (st.st_size, st.st_mtime_ns) == pristine[pp]
+    # files of the re-run batches are new ones, two per batch (p=0, p=1), named after the batch
+    for b in range(to_batch, last + 1):
+        files = [local(p) for p in log.files(b)]
+        assert len(files) == 2
+        assert {batch_of_name(p) for p in files} == {b}
+        assert not set(files) & set(sink.files_by_batch.get(b, {}))
+
+    # the raw log: every live line carries its batch as the last field, matching the file name,
+    # and the live entries are exactly the data files on disk (nothing orphaned or dangling)
+    entries = raw_live_entries(sink.meta)
+    assert all(list(e)[-1] == "batchId" for e in entries)
+    assert all(e["batchId"] == batch_of_name(e["path"]) for e in entries)
+    assert {local(e["path"]): e["size"] for e in entries} == data_files(sink.out)
+    assert log_names(sink.meta) == compact_names(range(last + 1), 3)

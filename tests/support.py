@@ -1,5 +1,6 @@
 """Plumbing every test module shares: this checkout's package first on ``sys.path``, the Spark
-session with the batchlog jar, and session confs set for a block.
+session with the batchlog jar, the test kit's jar, session confs set for a block, and waiting
+for a condition (never a bare sleep) or a query, with a deadline.
 
 The suite tests *this checkout's* Python package and the jar built into it
 (``python/batchlog/jars/batchlog.jar``, ``dev/sbt copyJarToPython``), whatever the virtualenv's
@@ -8,9 +9,11 @@ editable install points at.
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -24,6 +27,39 @@ import batchlog  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402
 
 assert Path(batchlog.__file__).resolve().parent == PYTHON_DIR / "batchlog", batchlog.__file__
+
+
+#: The test kit's jar (``dev/sbt copyTestkitJar``): fault injection and the halt-after-rewind-step
+#: listener, never part of the product jar. Sessions that inject faults add it to the class path.
+TESTKIT_JAR = REPO / "tests" / "jars" / "batchlog-testkit.jar"
+FAULT_MANAGER = "io.batchlog.testkit.FaultInjectingCheckpointFileManager"
+HALT_LISTENER = "io.batchlog.testkit.HaltAfterRewindStep"
+STEP_LISTENER_KEY = "spark.batchlog.rewind.stepListener"
+HALT_AFTER_STEP_KEY = "spark.batchlog.test.haltAfterRewindStep"
+
+
+def testkit_jar_path() -> str:
+    """The test kit's jar; ``FileNotFoundError`` saying how to build it if it is missing."""
+    if not TESTKIT_JAR.is_file():
+        raise FileNotFoundError(
+            f"The batchlog test kit jar is not built ({TESTKIT_JAR}): run `dev/sbt copyTestkitJar` "
+            f"in {REPO} (dev/test does), then rerun the tests."
+        )
+    return str(TESTKIT_JAR)
+
+
+def jars_with_testkit() -> str:
+    """``spark.jars`` / ``--jars`` for a process that injects faults: batchlog's and the kit's."""
+    return f"{batchlog.jar_path()},{testkit_jar_path()}"
+
+
+def halt_after_rewind_step_confs(step: str) -> list[str]:
+    """CLI ``--conf`` arguments that make a rewind's JVM halt (status 137) after ``step``."""
+    return [
+        f"--conf=spark.jars={jars_with_testkit()}",
+        f"--conf={STEP_LISTENER_KEY}={HALT_LISTENER}",
+        f"--conf={HALT_AFTER_STEP_KEY}={step}",
+    ]
 
 
 def get_spark() -> SparkSession:
@@ -59,8 +95,38 @@ def session_conf(spark: SparkSession, conf: Mapping[str, str | None]) -> Iterato
                 spark.conf.set(k, old)
 
 
-#: Seconds a test's streaming query may run before the test fails (instead of hanging CI).
+#: Seconds a test's streaming query, or a helper process, may run before the test fails (instead
+#: of hanging CI).
 QUERY_TIMEOUT_S = 300
+
+
+def poll(cond: Callable[[], object], timeout: float, step: float = 0.05) -> bool:
+    """Polls ``cond`` until it is true (True) or ``timeout`` seconds pass (False)."""
+    end = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() >= end:
+            return False
+        time.sleep(step)
+    return True
+
+
+def wait_until(cond: Callable[[], object], timeout: float, what: str, step: float = 0.05) -> None:
+    """Polls ``cond`` until it is true; fails the test, saying ``what`` it waited for, after
+    ``timeout`` seconds. The way to wait for an event (never a bare ``time.sleep``)."""
+    assert poll(cond, timeout, step), f"timed out after {timeout} s waiting for {what}"
+
+
+def run_cli(*args: str, timeout: float = QUERY_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
+    """``python -m batchlog ARGS`` in a subprocess (its own Spark session, this checkout's
+    package)."""
+    return subprocess.run(
+        [sys.executable, "-m", "batchlog", *args],
+        cwd=str(REPO),
+        env=dict(os.environ, PYTHONPATH=str(PYTHON_DIR)),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def await_query(query: Any, output_dir: Path | str) -> None:
@@ -87,7 +153,4 @@ def wait_lease_released(output_dir: Path | str, timeout_s: float = 30.0) -> None
     land inside the snapshot.
     """
     lease = Path(output_dir) / "_spark_metadata" / LEASE_FILE
-    end = time.monotonic() + timeout_s
-    while lease.exists():
-        assert time.monotonic() < end, f"{lease} outlived its query by {timeout_s} s"
-        time.sleep(0.02)
+    wait_until(lambda: not lease.exists(), timeout_s, f"{lease} to go after its query", step=0.02)

@@ -25,8 +25,8 @@ from reliability_support import (
     batchlog,  # imported there, after <repo>/python is first on sys.path
     check_log,
     plain_read,
+    poll,
     spark_submit,
-    wait_for,
     write_input,
 )
 
@@ -40,7 +40,7 @@ COMPACT_FILE_REGEX = r"_spark_metadata/\d+\.compact$"
 SEED = int(os.environ.get("BATCHLOG_CRASH_SEED", "20261122"))
 
 
-def _cmd(inp: Path, out: Path, chk: Path, stall_compact: bool) -> list[str]:
+def _cmd(inp: Path, out: Path, chk: Path, jars: str, stall_compact: bool) -> list[str]:
     confs = {
         "spark.ui.enabled": "false",
         "spark.sql.shuffle.partitions": "2",
@@ -63,7 +63,7 @@ def _cmd(inp: Path, out: Path, chk: Path, stall_compact: bool) -> list[str]:
                 "spark.hadoop.spark.batchlog.test.fault.stallMs": str(STALL_MS),
             }
         )
-    cmd = [spark_submit(), "--master", "local[2]", "--jars", batchlog.jar_path()]
+    cmd = [spark_submit(), "--master", "local[2]", "--jars", jars]
     for k, v in confs.items():
         cmd += ["--conf", f"{k}={v}"]
     return cmd + [str(APPS / "crash_stream_app.py"), str(inp), str(out), str(chk)]
@@ -91,7 +91,10 @@ def _kill(p: subprocess.Popen[bytes]) -> bool:
     return alive
 
 
-def test_sink_survives_sigkill_at_random_points(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+def test_sink_survives_sigkill_at_random_points(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], testkit_jar: str
+):
+    jars = f"{batchlog.jar_path()},{testkit_jar}"  # the fault manager is in the test kit
     rng = random.Random(SEED)
     inp, out, chk = tmp_path / "in", tmp_path / "out dir", tmp_path / "chk"
     log = tmp_path / "driver.log"
@@ -127,15 +130,17 @@ def test_sink_survives_sigkill_at_random_points(tmp_path: Path, capsys: pytest.C
             offsets_before = _names(chk / "offsets")
             meta_before = _names(out / "_spark_metadata")
             data_before = {f.name for f in out.glob("part=*/part-*")}
-            p = _start(_cmd(inp, out, chk, stall_compact=mode == "mid-compaction"), log)
+            p = _start(_cmd(inp, out, chk, jars, stall_compact=mode == "mid-compaction"), log)
+            # The random sleeps below choose *when* to kill (they wait for no event): each kill
+            # lands at a random point after the event that was polled for.
             if mode == "mid-batch":
                 # A batch (maybe the re-run of the killed one) is running: kill it somewhere inside.
-                if not wait_for(lambda: p.poll() is not None or batch_running(), timeout=90):  # noqa: B023
+                if not poll(lambda: p.poll() is not None or batch_running(), timeout=90):  # noqa: B023
                     mode = "timed-out"
                 time.sleep(rng.uniform(0.0, 0.6))
             elif mode == "mid-compaction":
                 # The compact file is fully in its temp file and stalled before its rename.
-                if not wait_for(
+                if not poll(
                     lambda: p.poll() is not None or compact_in_temp_file(),  # noqa: B023
                     timeout=90,
                 ):

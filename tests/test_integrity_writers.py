@@ -20,6 +20,7 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 from reliability_support import (
     APPS,
+    FAULT_MANAGER,
     PYTHON,
     REPO,
     SINK_CONFS,
@@ -27,13 +28,14 @@ from reliability_support import (
     batchlog,
     local_path,
     plain_read,
+    poll,
     run_cli,
     run_stream,
     spark_session,
     spark_submit,
-    wait_for,
     write_input,
 )
+from support import wait_until
 
 spark = spark_session  # the module's session fixture
 
@@ -86,7 +88,9 @@ def assert_sink_exact(spark: SparkSession, out: Path, batches: dict[int, list[in
 class Writer:
     """A ``spark-submit`` of ``live_writer_app.py`` writing ``out``; stopped by PID at the end."""
 
-    def __init__(self, root: Path, confs: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, root: Path, confs: dict[str, str] | None = None, testkit_jar: str | None = None
+    ) -> None:
         self.inp, self.out, self.chk = root / "in", root / "out", root / "chk"
         self.control = root / "control"
         self.control.mkdir(parents=True, exist_ok=True)
@@ -98,7 +102,8 @@ class Writer:
             "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
             **(confs or {}),
         }
-        cmd = [spark_submit(), "--master", "local[2]", "--jars", batchlog.jar_path()]
+        jars = batchlog.jar_path() + (f",{testkit_jar}" if testkit_jar else "")
+        cmd = [spark_submit(), "--master", "local[2]", "--jars", jars]
         for k, v in all_confs.items():
             cmd += ["--conf", f"{k}={v}"]
         cmd += [str(APPS / "live_writer_app.py")]
@@ -115,7 +120,7 @@ class Writer:
 
     def wait_latest(self, batch: int) -> None:
         """Until batch ``batch`` is committed, in the sink and in the checkpoint."""
-        ok = wait_for(
+        ok = poll(
             lambda: self.proc.poll() is None
             and (self.chk / "commits" / str(batch)).exists()
             and latest(self.out) >= batch,
@@ -221,7 +226,7 @@ def test_a_rewind_under_a_running_batch_fails_the_query_before_it_commits(
     # hold batch 4 in the middle of its tasks (after the writer's checks before the batch)
     (w.control / "hold-4000").touch()
     write_input(w.inp, 4, 1, ROWS)
-    assert wait_for(lambda: (w.control / "held-4000").exists(), WAIT_S), w.output()[-5000:]
+    assert poll(lambda: (w.control / "held-4000").exists(), WAIT_S), w.output()[-5000:]
     # a rewind that ignores the live lease (as if the writer were believed dead) goes through
     batchlog.rewind(spark, str(w.out), str(w.chk), 2, quiet=True, force=True)
     (w.control / "go-4000").touch()
@@ -238,19 +243,17 @@ def test_a_rewind_under_a_running_batch_fails_the_query_before_it_commits(
 
 
 def test_what_a_killed_writer_left_is_listed_by_verify_and_removed_by_vacuum(
-    spark: SparkSession, tmp_path: Path, writers: list[Writer]
+    spark: SparkSession, tmp_path: Path, writers: list[Writer], testkit_jar: str
 ) -> None:
     fault = {
-        "spark.hadoop.spark.sql.streaming.checkpointFileManagerClass": (
-            "io.batchlog.faults.FaultInjectingCheckpointFileManager"
-        ),
+        "spark.hadoop.spark.sql.streaming.checkpointFileManagerClass": FAULT_MANAGER,
         # the JVM halts after batch 3's tasks wrote their files, before its log file exists
         "spark.hadoop.spark.batchlog.test.fault.op": "createAtomic",
         "spark.hadoop.spark.batchlog.test.fault.pathRegex": r"_spark_metadata/3$",
         "spark.hadoop.spark.batchlog.test.fault.action": "halt",
         "spark.batchlog.writer.leaseTimeout": "2s",
     }
-    w = Writer(tmp_path, fault)
+    w = Writer(tmp_path, fault, testkit_jar)
     writers.append(w)
     write_input(w.inp, 0, 4, ROWS)
     assert w.proc.wait(timeout=WAIT_S) != 0
@@ -263,7 +266,8 @@ def test_what_a_killed_writer_left_is_listed_by_verify_and_removed_by_vacuum(
     assert {o["batchId"] for o in report["orphans"]} == {3}
     # once the dead writer's lease is stale, its files are no longer "a batch running now"
     lease = json.loads((w.out / "_spark_metadata" / LEASE).read_text())
-    time.sleep(max(0.0, (lease["refreshedAtMs"] + lease["timeoutMs"]) / 1000 - time.time() + 0.2))
+    stale_at = (lease["refreshedAtMs"] + lease["timeoutMs"]) / 1000 + 0.2
+    wait_until(lambda: time.time() > stale_at, WAIT_S, "the dead writer's lease to be stale")
     r = batchlog.vacuum(spark, str(w.out), older_than="0s", dry_run=False, quiet=True)
     assert r["writerLive"] is False and r["deletedFiles"] == len(left)
     assert not any(p.exists() for p in left)

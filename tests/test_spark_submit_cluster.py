@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
-import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ import batchlog
 import pyspark
 import pytest
 from conftest import (
+    QUERY_TIMEOUT_S,
     REPO,
     TAGGED_FIELDS,
     assert_entry_matches_disk,
@@ -32,20 +32,15 @@ from conftest import (
     tagged_files_by_batch,
 )
 from pyspark.sql import SparkSession
+from support import poll
 
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
 SPARK_CLASS = SPARK_HOME / "bin" / "spark-class"
 SPARK_SUBMIT = SPARK_HOME / "bin" / "spark-submit"
 APP = REPO / "tests" / "apps" / "example_stream.py"
 STARTUP_TIMEOUT_S = 120
-SUBMIT_TIMEOUT_S = 300
+SUBMIT_TIMEOUT_S = QUERY_TIMEOUT_S
 BATCHES = 5  # compactInterval 2: compactions at batches 1 and 3
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def stop_group(proc: subprocess.Popen) -> None:
@@ -93,6 +88,9 @@ def _cluster_env(root: Path) -> dict[str, str]:
             "SPARK_HOME": str(SPARK_HOME),
             "SPARK_LOCAL_IP": "127.0.0.1",
             "SPARK_DAEMON_MEMORY": "256m",
+            # no REST submission server: it would bind a fixed port (6066); spark-submit here is
+            # in client mode and does not use it
+            "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",
             "PYSPARK_PYTHON": sys.executable,
             "PYSPARK_DRIVER_PYTHON": sys.executable,
         }
@@ -111,10 +109,10 @@ def _alive_workers(webui_port: int) -> list[dict[str, object]]:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """A master and a worker on loopback. Every port is 0: each daemon binds a free port itself
+    (no pick-then-bind race with other processes) and the master's log says which it got."""
     root = tmp_path_factory.mktemp("standalone")
     env = _cluster_env(root)
-    port, webui, worker_webui = free_port(), free_port(), free_port()
-    master_url = f"spark://127.0.0.1:{port}"
     log_dir = Path(env["SPARK_LOG_DIR"])
     procs: list[subprocess.Popen] = []
 
@@ -132,14 +130,34 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         procs.append(proc)
         return proc
 
+    def logs() -> str:
+        return "\n".join(f.read_text()[-3000:] for f in log_dir.glob("*.out"))
+
+    def check_alive() -> None:
+        for p in procs:
+            if p.poll() is not None:
+                pytest.fail(f"{p.args[1]} exited with {p.returncode}:\n{logs()}")
+
+    def bound(pattern: str) -> str | None:
+        """The first match of ``pattern`` in the master's log (fails if the master died)."""
+        check_alive()
+        m = re.search(pattern, (log_dir / "master.out").read_text(errors="replace"))
+        return m.group(1) if m else None
+
     try:
         start(
             "master",
             "org.apache.spark.deploy.master.Master",
             "--host", "127.0.0.1",
-            "--port", str(port),
-            "--webui-port", str(webui),
+            "--port", "0",
+            "--webui-port", "0",
         )  # fmt: skip
+        master_re = r"Starting Spark master at (spark://127\.0\.0\.1:[0-9]+)"
+        webui_re = r"Successfully started service 'MasterUI' on port ([0-9]+)"
+        if not poll(lambda: bound(master_re) and bound(webui_re), STARTUP_TIMEOUT_S):
+            pytest.fail(f"the master logged no ports in {STARTUP_TIMEOUT_S}s:\n{logs()}")
+        master_url, webui = bound(master_re), int(bound(webui_re) or 0)
+        assert master_url
         start(
             "worker",
             "org.apache.spark.deploy.worker.Worker",
@@ -147,19 +165,16 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             "--host", "127.0.0.1",
             "--cores", "2",
             "--memory", "1g",
-            "--webui-port", str(worker_webui),
+            "--webui-port", "0",
             "--work-dir", env["SPARK_WORKER_DIR"],
         )  # fmt: skip
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while not _alive_workers(webui):
-            for p in procs:
-                if p.poll() is not None:
-                    logs = "\n".join(f.read_text()[-3000:] for f in log_dir.glob("*.out"))
-                    pytest.fail(f"{p.args[1]} exited with {p.returncode}:\n{logs}")
-            if time.monotonic() > deadline:
-                logs = "\n".join(f.read_text()[-3000:] for f in log_dir.glob("*.out"))
-                pytest.fail(f"no worker registered in {STARTUP_TIMEOUT_S}s:\n{logs}")
-            time.sleep(0.5)
+
+        def worker_alive() -> bool:
+            check_alive()
+            return bool(_alive_workers(webui))
+
+        if not poll(worker_alive, STARTUP_TIMEOUT_S, step=0.5):
+            pytest.fail(f"no worker registered in {STARTUP_TIMEOUT_S}s:\n{logs()}")
         [worker] = _alive_workers(webui)
         assert (worker["cores"], worker["memory"]) == (2, 1024)
         yield Cluster(master_url, env, Path(env["SPARK_WORKER_DIR"]), log_dir)

@@ -10,6 +10,9 @@ import sys
 
 from pyspark.sql import SparkSession
 
+#: Seconds the query may run; past it the app stops it and exits 4 (the test then fails loudly).
+TIMEOUT_S = 300
+
 
 def main() -> None:
     inp, out, chk = sys.argv[1:4]
@@ -25,7 +28,10 @@ def main() -> None:
         .trigger(availableNow=True)
         .start(out)
     )
-    q.awaitTermination()
+    if not q.awaitTermination(TIMEOUT_S):
+        q.stop()
+        print(f"TIMED-OUT the query ran over {TIMEOUT_S} s", file=sys.stderr, flush=True)
+        sys.exit(4)
     print(f"DONE lastBatch={q.lastProgress['batchId'] if q.lastProgress else -1}", flush=True)
 
 

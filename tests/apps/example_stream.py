@@ -17,6 +17,9 @@ import sys
 
 from pyspark.sql import SparkSession
 
+#: Seconds the query may run; past it the app stops it and exits non-zero (the test fails).
+TIMEOUT_S = 240
+
 
 def main(input_dir: str, output_dir: str, checkpoint_dir: str) -> None:
     spark = SparkSession.builder.appName("batchlog-example-stream").getOrCreate()
@@ -35,7 +38,9 @@ def main(input_dir: str, output_dir: str, checkpoint_dir: str) -> None:
         .trigger(availableNow=True)
         .start(output_dir)
     )
-    query.awaitTermination()
+    if not query.awaitTermination(TIMEOUT_S):
+        query.stop()
+        raise TimeoutError(f"the query ran over {TIMEOUT_S} s")
     if query.exception() is not None:
         raise RuntimeError(f"query failed: {query.exception()}")
 

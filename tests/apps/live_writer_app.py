@@ -18,6 +18,9 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 from pyspark.sql.functions import col, udf
 
+#: Seconds the writer may run without being told to stop; past it, it exits 4 (tests fail).
+TIMEOUT_S = 900
+
 
 def main() -> None:
     inp, out, chk, control = sys.argv[1:5]
@@ -46,8 +49,13 @@ def main() -> None:
         .start(out)
     )
     print(f"STARTED {q.id}", flush=True)
+    deadline = time.monotonic() + TIMEOUT_S
     try:
         while q.isActive and not os.path.exists(os.path.join(control, "stop")):
+            if time.monotonic() > deadline:
+                q.stop()
+                print(f"TIMED-OUT no stop within {TIMEOUT_S} s", flush=True)
+                sys.exit(4)
             q.awaitTermination(0.1)
     except StreamingQueryException as e:
         print(f"QUERY-FAILED {e}", flush=True)

@@ -124,36 +124,12 @@ object BatchLogConf {
     )
 
   /**
-   * Test-only fault injection: the JVM halts (as if killed) right after the named rewind step (one
-   * of `io.batchlog.ops.Rewind.Steps`).
+   * An observer of rewinds: the name of a class implementing `io.batchlog.ops.RewindStepListener`
+   * (with a public constructor taking the `SparkSession`, or none), told the name of each rewind
+   * step (one of `io.batchlog.ops.Rewind.Steps`) once it is done. For monitoring, or for tests that
+   * stop a rewind between two steps. Default: none.
    */
-  val FaultHaltAfterRewindStep = "spark.batchlog.test.haltAfterRewindStep"
-
-  // ---- test-only fault injection (io.batchlog.faults.FaultInjectingCheckpointFileManager) ----
-
-  /** Spark's key choosing the `CheckpointFileManager` (read from the Hadoop conf). */
-  val CheckpointFileManagerClassKey = "spark.sql.streaming.checkpointFileManagerClass"
-
-  /**
-   * The operation that faults: `createAtomic`, `rename` (closing an atomic stream publishes the
-   * file), `delete`, `open`, `list`, `exists`, `mkdirs`. Unset: no fault.
-   */
-  val FaultOpKey = "spark.batchlog.test.fault.op"
-
-  /** Only calls whose path matches this regex (`find`, on the full URI string) fault. */
-  val FaultPathRegexKey = "spark.batchlog.test.fault.pathRegex"
-
-  /** `fail` (IOException), `stall` (sleep, then go on) or `halt` (the JVM halts, as if killed). */
-  val FaultActionKey = "spark.batchlog.test.fault.action"
-
-  /** The first matching call (1-based, counted per JVM) that faults. */
-  val FaultNthKey = "spark.batchlog.test.fault.nth"
-
-  /** How many matching calls fault from the nth on (default: all). */
-  val FaultTimesKey = "spark.batchlog.test.fault.times"
-
-  /** How long `stall` sleeps. */
-  val FaultStallMsKey = "spark.batchlog.test.fault.stallMs"
+  val RewindStepListenerKey = "spark.batchlog.rewind.stepListener"
 
   /** The Spark settings above, as this session resolves them (defaults included). */
   final case class SinkLogSettings(

@@ -15,11 +15,12 @@ import org.scalatest.funsuite.AnyFunSuite
  * 0. foundation: `BatchLogConf`, `BatchLogException` (every key and every error, defined once);
  *   1. the log format and what reads it: `log/` (entries, log files, compact index, lineage proof,
  *      truncation, layout, data file naming, the JSON records beside the log), `checkpoint/`
- *      (reading a query checkpoint), `faults/` (the fault-injecting file manager for tests); 2. the
- *      commit path: `commit/` (the writer guard), `BatchTaggedCommitProtocol`; 3. operations:
- *      `ops/` (reading by batch, rewind, takeover, adopt, read, verify, repair, vacuum, and their
- *      reports); 4. entry points: `BatchLog` (the public API) and `api/` (actions, the JSON
- *      serializer).
+ *      (reading a query checkpoint); 2. the commit path: `commit/` (the writer guard),
+ *      `BatchTaggedCommitProtocol`; 3. operations: `ops/` (reading by batch, rewind, takeover,
+ *      adopt, read, verify, repair, vacuum, and their reports); 4. entry points: `BatchLog` (the
+ *      public API) and `api/` (actions, the JSON serializer).
+ *
+ * Test code (fault injection, halting the JVM) lives in the test kit (`jvm/testkit`), never here.
  *
  * Read from the sources: an `import io.batchlog...` or a qualified `io.batchlog.x.Y` in code (not
  * in comments) names the layer it uses.
@@ -32,7 +33,7 @@ class LayeringSuite extends AnyFunSuite {
 
   private def layerOf(rel: String): Int = rel match {
     case "BatchLogConf.scala" | "BatchLogException.scala" => 0
-    case r if r.startsWith("log/") || r.startsWith("checkpoint/") || r.startsWith("faults/") => 1
+    case r if r.startsWith("log/") || r.startsWith("checkpoint/") => 1
     case r if r.startsWith("commit/") || r == "BatchTaggedCommitProtocol.scala" => 2
     case r if r.startsWith("ops/") => 3
     case r if r.startsWith("api/") || r == "BatchLog.scala" => 4
@@ -42,7 +43,7 @@ class LayeringSuite extends AnyFunSuite {
   /** The layer a reference `io.batchlog.<rest>` points at. */
   private def layerOfRef(rest: String): Int = rest.split('.').head match {
     case "BatchLogConf" | "BatchLogException" => 0
-    case "log" | "checkpoint" | "faults" => 1
+    case "log" | "checkpoint" => 1
     case "commit" | "BatchTaggedCommitProtocol" => 2
     case "ops" => 3
     case "api" | "BatchLog" => 4
@@ -69,5 +70,19 @@ class LayeringSuite extends AnyFunSuite {
       }
     }
     assert(violations.isEmpty, violations.mkString("\n", "\n", ""))
+  }
+
+  test("the product holds no test code: no faults package, no halting, no test keys") {
+    assert(!new File(root, "faults").exists(), "io.batchlog.faults belongs in jvm/testkit")
+    assert(!new File(root, "testkit").exists(), "io.batchlog.testkit belongs in jvm/testkit")
+    val TestOnly = """(?i)\bhalt|spark\.batchlog\.test\.|io\.batchlog\.(testkit|faults)\b""".r
+    val hits = Files.walk(root.toPath).iterator().asScala.filter(_.toString.endsWith(".scala"))
+      .flatMap { f =>
+        Files.readAllLines(f, UTF_8).asScala.zipWithIndex.collect {
+          case (line, i) if TestOnly.findFirstIn(line).isDefined =>
+            s"${root.toPath.relativize(f)}:${i + 1}: ${line.trim}"
+        }
+      }.toSeq
+    assert(hits.isEmpty, hits.mkString("test code in the product:\n", "\n", ""))
   }
 }

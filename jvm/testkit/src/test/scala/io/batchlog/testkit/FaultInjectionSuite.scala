@@ -1,4 +1,4 @@
-package io.batchlog
+package io.batchlog.testkit
 
 import java.io.File
 import java.nio.file.Files
@@ -14,7 +14,7 @@ import org.apache.spark.sql.execution.streaming.runtime.MemoryStream
 import org.apache.spark.sql.functions.col
 import org.apache.spark.sql.streaming.{StreamingQuery, StreamingQueryException}
 
-import io.batchlog.faults.FaultInjectingCheckpointFileManager
+import io.batchlog.{BatchLog, BatchLogConf}
 import io.batchlog.log.{
   BatchTaggedFileStreamSinkLog,
   CompactIndex,
@@ -41,7 +41,7 @@ class FaultInjectionSuite extends AnyFunSuite with BeforeAndAfterAll {
     .config(BatchLogConf.CommitProtocolKey, BatchLogConf.CommitProtocolClass)
     // In the SQL conf: Spark reads the key from the Hadoop conf, which includes the SQL conf.
     .config(
-      BatchLogConf.CheckpointFileManagerClassKey,
+      TestkitConf.CheckpointFileManagerClassKey,
       classOf[FaultInjectingCheckpointFileManager].getName
     )
     .config(BatchLogConf.CompactIntervalKey, "3")
@@ -50,11 +50,11 @@ class FaultInjectionSuite extends AnyFunSuite with BeforeAndAfterAll {
     .getOrCreate()
 
   private val faultKeys = Seq(
-    BatchLogConf.FaultOpKey,
-    BatchLogConf.FaultPathRegexKey,
-    BatchLogConf.FaultActionKey,
-    BatchLogConf.FaultNthKey,
-    BatchLogConf.FaultTimesKey
+    TestkitConf.FaultOpKey,
+    TestkitConf.FaultPathRegexKey,
+    TestkitConf.FaultActionKey,
+    TestkitConf.FaultNthKey,
+    TestkitConf.FaultTimesKey
   )
 
   override def afterAll(): Unit = {
@@ -124,9 +124,9 @@ class FaultInjectionSuite extends AnyFunSuite with BeforeAndAfterAll {
 
   private def setFault(op: String, pathRegex: String): Unit = {
     FaultInjectingCheckpointFileManager.reset()
-    spark.conf.set(BatchLogConf.FaultOpKey, op)
-    spark.conf.set(BatchLogConf.FaultPathRegexKey, pathRegex)
-    spark.conf.set(BatchLogConf.FaultActionKey, "fail")
+    spark.conf.set(TestkitConf.FaultOpKey, op)
+    spark.conf.set(TestkitConf.FaultPathRegexKey, pathRegex)
+    spark.conf.set(TestkitConf.FaultActionKey, "fail")
   }
 
   private def clearFault(): Unit = faultKeys.foreach(k => spark.conf.unset(k))
@@ -224,7 +224,7 @@ class FaultInjectionSuite extends AnyFunSuite with BeforeAndAfterAll {
     }
     // Batch 13 expires log files 0 .. 10 (below 11.compact); the 6th delete fails.
     setFault("delete", "_spark_metadata/[0-9]+(\\.compact)?$")
-    spark.conf.set(BatchLogConf.FaultNthKey, "6")
+    spark.conf.set(TestkitConf.FaultNthKey, "6")
     try {
       q = start(input, out, chk)
       input.addData(rows(13))

@@ -1,4 +1,4 @@
-package io.batchlog.faults
+package io.batchlog.testkit
 
 import java.io.IOException
 import java.util.concurrent.ConcurrentHashMap
@@ -20,14 +20,12 @@ import org.apache.spark.sql.execution.streaming.checkpointing.{
 }
 import org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager.CancellableFSDataOutputStream
 
-import io.batchlog.BatchLogConf
-
 /**
  * Test-only: a real `CheckpointFileManager` (Spark's default, file-context based one, or the
  * file-system based one where no `AbstractFileSystem` exists) that injects one fault at a chosen
  * call. Select it with `spark.sql.streaming.checkpointFileManagerClass` = this class (in the SQL
  * conf or as `spark.hadoop.` key; Spark reads it from the Hadoop conf, which includes both) and
- * configure the fault with the `spark.batchlog.test.fault.*` keys of [[BatchLogConf]]. Without
+ * configure the fault with the `spark.batchlog.test.fault.*` keys of [[TestkitConf]]. Without
  * `spark.batchlog.test.fault.op` it only delegates.
  *
  * The fault is read from the Hadoop conf when the manager is created (Spark creates one per
@@ -88,7 +86,7 @@ object FaultInjectingCheckpointFileManager {
   val Actions: Set[String] = Set("fail", "stall", "halt")
 
   /** Exit status of a `halt` (as a SIGKILL'd process reports it). */
-  val HaltStatus = 137
+  val HaltStatus: Int = TestkitConf.HaltStatus
 
   private val counters = new ConcurrentHashMap[String, AtomicLong]()
 
@@ -127,20 +125,20 @@ object FaultInjectingCheckpointFileManager {
 
   private object Fault {
     def fromConf(conf: Configuration): Option[Fault] =
-      Option(conf.get(BatchLogConf.FaultOpKey)).map(_.trim).filter(_.nonEmpty).map { op =>
-        require(Ops(op), s"${BatchLogConf.FaultOpKey}=$op: expected one of ${Ops.mkString("|")}")
-        val action = conf.get(BatchLogConf.FaultActionKey, "fail").trim
+      Option(conf.get(TestkitConf.FaultOpKey)).map(_.trim).filter(_.nonEmpty).map { op =>
+        require(Ops(op), s"${TestkitConf.FaultOpKey}=$op: expected one of ${Ops.mkString("|")}")
+        val action = conf.get(TestkitConf.FaultActionKey, "fail").trim
         require(
           Actions(action),
-          s"${BatchLogConf.FaultActionKey}=$action: expected one of ${Actions.mkString("|")}"
+          s"${TestkitConf.FaultActionKey}=$action: expected one of ${Actions.mkString("|")}"
         )
         Fault(
           op,
-          conf.get(BatchLogConf.FaultPathRegexKey, ".*"),
+          conf.get(TestkitConf.FaultPathRegexKey, ".*"),
           action,
-          conf.getLong(BatchLogConf.FaultNthKey, 1L),
-          conf.getLong(BatchLogConf.FaultTimesKey, Long.MaxValue),
-          conf.getLong(BatchLogConf.FaultStallMsKey, 5000L)
+          conf.getLong(TestkitConf.FaultNthKey, 1L),
+          conf.getLong(TestkitConf.FaultTimesKey, Long.MaxValue),
+          conf.getLong(TestkitConf.FaultStallMsKey, 5000L)
         )
       }
   }

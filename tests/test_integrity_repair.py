@@ -1,4 +1,5 @@
-"""repair lays the log out for the query's compact interval; lineage survives a vanilla interlude.
+"""repair lays the log out for the query's compact interval, and a wrong repair is found and undone
+from the sink record.
 
 Real streaming queries (file source -> parquet sink, one input file per batch, compact interval 3)
 write real sinks; the log is damaged on disk, rebuilt by ``repair`` and the same query continues.
@@ -9,143 +10,35 @@ files ``SinkLog.files(b)`` gives for each batch, read as parquet, against the in
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import time
-from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 from reliability_support import (
-    SINK_CONFS,
-    TAGGED,
     batchlog,
     check_log,
-    local_path,
-    plain_read,
     snapshot,
     spark_session,
     sql_conf,
-    write_input,
 )
-from support import await_query
+from repair_support import (
+    DEFAULT_INTERVAL,
+    INTERVAL_KEY,
+    RECORDS,
+    assert_batches,
+    assert_plain_reads_all,
+    meta_names,
+    record,
+    run_query,
+    sink_of_8,
+    tagged_on_disk,
+)
 
 spark = spark_session  # the module's session fixture
-
-INTERVAL_KEY = "spark.sql.streaming.fileSink.log.compactInterval"
-PROTOCOL_KEY = "spark.sql.streaming.commitProtocolClass"
-VANILLA = "org.apache.spark.sql.execution.streaming.ManifestFileCommitProtocol"
-DEFAULT_INTERVAL = {INTERVAL_KEY: "10"}  # Spark's default: not the query's interval
-RECORDS = frozenset({"batchlog-sink.json", "batchlog-lease.json"})
-ROWS = 3  # rows per input file: ids k*1000 .. k*1000+2, one in each partition p0..p2
-
-
-# ---- helpers -----------------------------------------------------------------------------------
-
-
-class Input:
-    """The input directory; file ``k`` is read by batch ``k`` (mtimes make the order certain)."""
-
-    def __init__(self, root: Path) -> None:
-        self.dir = root
-        self.base = time.time() - 3600
-        self.ids: dict[int, list[int]] = {}
-
-    def add(self, first: int, n: int) -> None:
-        for k in range(first, first + n):
-            self.ids[k] = write_input(self.dir, k, 1, ROWS)
-            t = self.base + k
-            os.utime(self.dir / f"in-{k:04d}.json", (t, t))
-
-    def all_ids(self) -> list[int]:
-        return sorted(i for ids in self.ids.values() for i in ids)
-
-
-def run_query(spark: SparkSession, inp: Input, out: Path, chk: Path, **confs: str) -> None:
-    """The query of ``reliability_support.run_stream`` (same checkpoint, same query), with
-    ``confs`` on top of its sink confs (e.g. Spark's own commit protocol); raises its error."""
-    with sql_conf(spark, **{**SINK_CONFS, **confs}):
-        q = (
-            spark.readStream.schema("id LONG, part STRING, payload STRING")
-            .option("maxFilesPerTrigger", 1)
-            .json(str(inp.dir))
-            .writeStream.format("parquet")
-            .partitionBy("part")
-            .option("checkpointLocation", str(chk))
-            .trigger(availableNow=True)
-            .start(str(out))
-        )
-        await_query(q, out)
-
-
-def meta_names(out: Path) -> set[str]:
-    """Visible names in ``_spark_metadata`` (no checksums)."""
-    return {p.name for p in (out / "_spark_metadata").iterdir() if not p.name.startswith(".")}
-
-
-def record(out: Path) -> dict:
-    return json.loads((out / "_spark_metadata" / "batchlog-sink.json").read_text())
-
-
-def tagged_on_disk(out: Path) -> dict[int, set[Path]]:
-    """Data files on disk by the batch their batch-tagged name gives."""
-    by: dict[int, set[Path]] = {}
-    for p in out.rglob("part-*"):
-        if p.name.endswith(".crc") or "_spark_metadata" in str(p.relative_to(out)):
-            continue
-        m = TAGGED.search(p.name)
-        if m:
-            by.setdefault(int(m.group(1)), set()).add(p)
-    return by
-
-
-def ids_by_file(spark: SparkSession, paths: Iterable[str]) -> dict[str, list[int]]:
-    """The ids of each given data file, read as parquet files (not through the sink's log)."""
-    paths = list(paths)
-    if not paths:
-        return {}
-    df = spark.read.parquet(*paths).select("id", F.input_file_name().alias("f"))
-    by: dict[str, list[int]] = {}
-    for r in df.collect():
-        by.setdefault(str(local_path(r["f"])), []).append(r["id"])
-    return by
-
-
-def assert_batches(
-    spark: SparkSession, out: Path, inp: Input, batches: Iterable[int], tagged_names: bool = True
-) -> None:
-    """``files(b)`` holds exactly batch b's files: their ids are input file b's, and (when every
-    batch was written by batchlog) the paths are exactly the data files named for batch b."""
-    log = batchlog.SinkLog(spark, str(out))
-    files = {b: log.files(b) for b in batches}
-    ids = ids_by_file(spark, (p for fs in files.values() for p in fs))
-    on_disk = tagged_on_disk(out) if tagged_names else {}
-    for b, fs in files.items():
-        got = sorted(i for p in fs for i in ids[str(local_path(p))])
-        assert got == sorted(inp.ids[b]), f"files({b}) = {fs}"
-        assert all(log.batch_of(p) == b for p in fs), b
-        if tagged_names:
-            assert {local_path(p) for p in fs} == on_disk.get(b, set()), f"batch {b}"
-
-
-def assert_plain_reads_all(out: Path, inp: Input) -> None:
-    got = plain_read(out)
-    assert got["ids"] == inp.all_ids()
-    assert got["rows"] == len(inp.all_ids())  # every id exactly once
-
-
-def sink_of_8(spark: SparkSession, tmp: Path) -> tuple[Input, Path, Path]:
-    """Batches 0..7 by the interval-3 query: 2.compact, 5.compact, 6, 7."""
-    inp, out, chk = Input(tmp / "in"), tmp / "out", tmp / "chk"
-    inp.add(0, 8)
-    run_query(spark, inp, out, chk)
-    assert check_log(out, 3, junk=RECORDS)["latest"] == 7
-    assert record(out)["compactInterval"] == 3
-    return inp, out, chk
 
 
 # ---- case 4: repair lays the log out for the query's compact interval ------------------------
@@ -283,87 +176,6 @@ def test_repair_without_a_record_assumes_the_session_interval_unless_told(
     assert_plain_reads_all(out, inp)
     assert_batches(spark, out, inp, range(12))
     assert batchlog.verify(spark, str(out))["healthy"] is True
-
-
-# ---- case 5: lineage after a vanilla interlude -------------------------------------------------
-
-
-def interlude_sink(spark: SparkSession, tmp: Path, **confs: str) -> tuple[Input, Path, Path]:
-    """Batches 0..4 with batchlog, 5..8 with Spark's own commit protocol, 9..13 with batchlog."""
-    inp, out, chk = Input(tmp / "in"), tmp / "out", tmp / "chk"
-    inp.add(0, 5)
-    run_query(spark, inp, out, chk, **confs)
-    inp.add(5, 4)
-    run_query(spark, inp, out, chk, **{PROTOCOL_KEY: VANILLA, **confs})
-    inp.add(9, 5)
-    run_query(spark, inp, out, chk, **confs)
-    assert batchlog.SinkLog(spark, str(out)).latest_batch() == 13
-    return inp, out, chk
-
-
-def test_lineage_of_vanilla_batches_is_recovered_and_rewind_replays_them(
-    spark: SparkSession, tmp_path: Path
-) -> None:
-    inp, out, chk = interlude_sink(spark, tmp_path)
-    meta = out / "_spark_metadata"
-    vanilla_files = [p for p in out.rglob("part-*.parquet") if not TAGGED.search(p.name)]
-    assert len(vanilla_files) == 4 * ROWS  # batches 5..8 wrote untagged names
-    assert_batches(spark, out, inp, range(14), tagged_names=False)
-    lines = (meta / "11.compact").read_text().split("\n")
-    assert lines[0] == "v1"
-    assert len(lines) - 1 == 12 * ROWS  # batches 0..11
-    assert all("batchId" in json.loads(line) for line in lines[1:]), lines
-    assert batchlog.SinkLog(spark, str(out)).inspect()["horizon"]["sinkHorizon"] == 0
-    assert_plain_reads_all(out, inp)
-
-    log = batchlog.SinkLog(spark, str(out))
-    replayed_vanilla = [local_path(p) for b in (6, 7, 8) for p in log.files(b)]
-    kept_vanilla = [local_path(p) for p in log.files(5)]
-    assert len(replayed_vanilla) == 3 * ROWS and len(kept_vanilla) == ROWS
-    assert not any(TAGGED.search(p.name) for p in replayed_vanilla + kept_vanilla)
-    plan = batchlog.rewind(spark, str(out), str(chk), 6, quiet=True)["plan"]
-    assert plan["sinkHorizon"] == 0
-    assert not any(p.exists() for p in replayed_vanilla)  # batches 6.. are redone
-    run_query(spark, inp, out, chk)
-    assert batchlog.SinkLog(spark, str(out)).latest_batch() == 13
-    assert_plain_reads_all(out, inp)
-    assert_batches(spark, out, inp, range(14), tagged_names=False)
-    assert all(p.exists() for p in kept_vanilla)
-    log = batchlog.SinkLog(spark, str(out))
-    redone = [p for b in (6, 7, 8) for p in log.files(b)]
-    assert len(redone) == 3 * ROWS and all(TAGGED.search(p) for p in redone)  # now by batchlog
-    assert batchlog.verify(spark, str(out))["healthy"] is True
-
-
-def test_lineage_is_never_made_up_once_the_proof_is_gone(
-    spark: SparkSession, tmp_path: Path
-) -> None:
-    confs = {
-        "spark.sql.streaming.minBatchesToRetain": "2",
-        "spark.sql.streaming.fileSink.log.cleanupDelay": "0",
-    }
-    inp, out, chk = interlude_sink(spark, tmp_path, **confs)
-    names = meta_names(out)
-    assert not {"5.compact", "6", "7", "8.compact"} & names, names  # the proof is gone
-    log = batchlog.SinkLog(spark, str(out))
-    vanilla = [
-        str(e["path"]) for e in log.entries().collect() if not re.search(r"-batch-\d+-", e["path"])
-    ]
-    assert len(vanilla) == 4 * ROWS
-    assert all(log.batch_of(p) is None for p in vanilla)
-    for b in range(5, 9):
-        assert log.files(b) == []
-    assert_batches(spark, out, inp, [*range(5), *range(9, 14)])
-    assert log.inspect()["horizon"]["sinkHorizon"] == 9
-    before = snapshot(tmp_path)
-    with pytest.raises(batchlog.BeyondHorizonError) as e:
-        batchlog.rewind(spark, str(out), str(chk), 6, quiet=True)
-    msg = str(e.value)
-    assert "Cannot rewind to batch 6" in msg, msg
-    assert "the sink's entries of batches below 9 are untagged" in msg, msg
-    assert "Nothing was changed." in msg, msg
-    assert snapshot(tmp_path) == before
-    assert_plain_reads_all(out, inp)
 
 
 # ---- case 4 (c): a wrong repair, found from the record ---------------------------------------

@@ -1,0 +1,40 @@
+package io.batchlog.testkit
+
+/** The keys the test kit reads, defined once. None of them means anything to the product. */
+object TestkitConf {
+
+  /** Exit status of a halt (as a SIGKILLed process reports it). */
+  val HaltStatus = 137
+
+  /**
+   * [[HaltAfterRewindStep]]: the JVM halts right after this rewind step (one of
+   * `io.batchlog.ops.Rewind.Steps`).
+   */
+  val HaltAfterRewindStep = "spark.batchlog.test.haltAfterRewindStep"
+
+  // ---- FaultInjectingCheckpointFileManager (read from the Hadoop conf) ----
+
+  /** Spark's key choosing the `CheckpointFileManager` (read from the Hadoop conf). */
+  val CheckpointFileManagerClassKey = "spark.sql.streaming.checkpointFileManagerClass"
+
+  /**
+   * The operation that faults: `createAtomic`, `rename` (closing an atomic stream publishes the
+   * file), `delete`, `open`, `list`, `exists`, `mkdirs`. Unset: no fault.
+   */
+  val FaultOpKey = "spark.batchlog.test.fault.op"
+
+  /** Only calls whose path matches this regex (`find`, on the full URI string) fault. */
+  val FaultPathRegexKey = "spark.batchlog.test.fault.pathRegex"
+
+  /** `fail` (IOException), `stall` (sleep, then go on) or `halt` (the JVM halts, as if killed). */
+  val FaultActionKey = "spark.batchlog.test.fault.action"
+
+  /** The first matching call (1-based, counted per JVM) that faults. */
+  val FaultNthKey = "spark.batchlog.test.fault.nth"
+
+  /** How many matching calls fault from the nth on (default: all). */
+  val FaultTimesKey = "spark.batchlog.test.fault.times"
+
+  /** How long `stall` sleeps. */
+  val FaultStallMsKey = "spark.batchlog.test.fault.stallMs"
+}
