@@ -65,22 +65,23 @@ def main() -> None:
     log = batchlog.SinkLog(spark, str(out))
     print(f"sink: {log.latest_batch() + 1} batches written in {build_s:.0f} s")
     t0 = time.time()
-    plan = batchlog.rewind(spark, str(out), str(chk), args.to_batch, dry_run=True)["plan"]
+    plan = batchlog.rewind(spark, str(out), str(chk), args.to_batch, dry_run=True).plan
     dry_s = time.time() - t0
     t0 = time.time()
-    result = batchlog.rewind(spark, str(out), str(chk), args.to_batch, quiet=True)["result"]
+    result = batchlog.rewind(spark, str(out), str(chk), args.to_batch, quiet=True).result
+    assert result is not None
     rewind_s = time.time() - t0
     replay_s = run()
     rows = spark.read.parquet(str(out)).select("id").collect()
     ids = sorted(r.id for r in rows)
     ok = ids == sorted(b * 10 + i for b in range(args.batches) for i in range(8))
-    print(f"rewind to batch {args.to_batch}: {len(plan['affectedBatches'])} batches affected")
+    print(f"rewind to batch {args.to_batch}: {len(plan.affected_batches)} batches affected")
     print(f"  dry run                {dry_s:6.2f} s")
     print(
-        f"  rewind                 {rewind_s:6.2f} s  ({result['dataFilesDeleted']} data files, "
-        f"{plan['dataBytes'] / 1048576:.1f} MiB; sink log: delete {len(plan['sinkLog']['delete'])}"
-        f" files; offsets {len(plan['offsetsToDelete'])}, commits {len(plan['commitsToDelete'])};"
-        f" source log: delete {sum(len(s['delete']) for s in plan['sourceLogs'])} files)"
+        f"  rewind                 {rewind_s:6.2f} s  ({result.data_files_deleted} data files, "
+        f"{plan.data_bytes / 1048576:.1f} MiB; sink log: delete {len(plan.sink_log.delete)}"
+        f" files; offsets {len(plan.offsets_to_delete)}, commits {len(plan.commits_to_delete)};"
+        f" source log: delete {sum(len(s.delete) for s in plan.source_logs)} files)"
     )
     print(f"  replay of batches {args.to_batch}..{args.batches - 1}  {replay_s:6.1f} s")
     print(f"  rows read back: {len(rows)}, each exactly once: {ok}")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import batchlog
 import pytest
+from batchlog.reports import BatchFiles, HorizonReport, SinkSummary
 from conftest import (
     COMMIT_PROTOCOL_KEY,
     TAGGED_FIELDS,
@@ -173,35 +174,37 @@ def test_sink_log_api(spark: SparkSession, sinks: dict[str, Sink], fmt: str) -> 
 
     meta = out / "_spark_metadata"
     log_names = log_file_names(out)
-    assert log.inspect() == {
-        "outputPath": str(out),
-        "metadataPath": f"file:{meta}",
-        "latestBatch": BATCHES - 1,
-        "compactInterval": INTERVAL,
-        "latestCompact": "5.compact",
-        "nextCompactionBatch": 8,
-        "logFiles": len(log_names),
-        "logBytes": sum((meta / n).stat().st_size for n in log_names),
-        "untaggedFiles": 0,
-        "untaggedBytes": 0,
-        "batches": [
-            {
-                "batchId": b,
-                "files": countries_of(b),
-                "bytes": sum(Path(p[len("file://") :]).stat().st_size for p in by_batch[b]),
-            }
+    assert log.inspect() == SinkSummary(
+        output_path=str(out),
+        metadata_path=f"file:{meta}",
+        latest_batch=BATCHES - 1,
+        compact_interval=INTERVAL,
+        latest_compact="5.compact",
+        next_compaction_batch=8,
+        log_files=len(log_names),
+        log_bytes=sum((meta / n).stat().st_size for n in log_names),
+        untagged_files=0,
+        untagged_bytes=0,
+        batches=[
+            BatchFiles(
+                batch_id=b,
+                files=countries_of(b),
+                bytes=sum(Path(p[len("file://") :]).stat().st_size for p in by_batch[b]),
+            )
             for b in range(BATCHES)
         ],
         # every entry is tagged, and no checkpoint was given: only the sink's lineage counts;
         # the sink's owner is the query of its checkpoint, from its first batch
-        "horizon": {
-            "horizon": 0,
-            "sinkHorizon": 0,
-            "minBatchesToRetain": 100,
-            "owner": json.loads((out.parent / f"chk-{fmt}" / "metadata").read_text())["id"],
-            "ownerSince": 0,
-        },
-    }
+        horizon=HorizonReport(
+            sink_horizon=0,
+            checkpoint_horizon=None,
+            horizon=0,
+            min_batches_to_retain=100,
+            owner=json.loads((out.parent / f"chk-{fmt}" / "metadata").read_text())["id"],
+            owner_since=0,
+            checkpoint_query_id=None,
+        ),
+    )
 
 
 @FORMATS

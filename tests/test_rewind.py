@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import rewind_support as rs
+from batchlog.reports import BatchFiles, LogCut, RewindPlanSummary, SourceLogCut
 from pyspark.sql import SparkSession
 
 # fixtures shared with the other rewind tests: the session conf and the 20-batch ids sink
@@ -84,42 +85,47 @@ def test_dry_run_changes_nothing_and_plans_exactly(spark: SparkSession, sink: rs
     before = rs.snapshot(sink.out, sink.ck)
     report = batchlog.rewind(spark, str(sink.out), str(sink.ck), 7, dry_run=True, quiet=True)
     assert rs.snapshot(sink.out, sink.ck) == before
-    assert report["result"] is None
-
-    plan = report["plan"]
-    assert plan["sink"] == f"file:{sink.out}"
-    assert plan["checkpoint"] == f"file:{sink.ck}"
-    assert plan["toBatch"] == 7
-    assert (plan["sinkLatestBatch"], plan["offsetsLatest"], plan["commitsLatest"]) == (19, 19, 19)
-    assert (plan["horizon"], plan["sinkHorizon"], plan["checkpointHorizon"]) == (0, 0, 0)
-    assert plan["resuming"] is False
-    assert plan["affectedBatches"] == list(range(7, 20))
-    assert plan["dataFiles"] == 26
-    assert plan["orphanFiles"] == 0
+    assert report.result is None
     per_batch = {b: sum(sink.files_by_batch[b].values()) for b in range(7, 20)}
-    assert plan["dataBytes"] == sum(per_batch.values())
-    assert plan["dataFilesPerBatch"] == [
-        {"batchId": b, "files": 2, "bytes": per_batch[b]} for b in range(7, 20)
-    ]
-    assert plan["sinkLog"] == {
-        "dir": f"file:{sink.meta}",
-        "keepUpTo": 6,
-        "rebuild": [],
-        "delete": list(reversed(rs.compact_names(range(7, 20), 3))),
-    }
-    assert plan["sourceLogs"] == [
-        {
-            "source": 0,
-            "dir": f"file:{sink.ck}/sources/0",
-            "keepUpTo": 7,
-            "rebuild": [],
-            "delete": list(reversed(rs.compact_names(range(8, 20), 4))),
-        }
-    ]
-    assert plan["offsetsToDelete"] == list(range(19, 7, -1))
-    assert plan["commitsToDelete"] == list(range(19, 6, -1))
-    assert plan["stateFiles"] == [] and plan["stateBytes"] == 0
-    assert plan["removeStateDir"] is False
+    assert report.plan == RewindPlanSummary(
+        sink=f"file:{sink.out}",
+        checkpoint=f"file:{sink.ck}",
+        to_batch=7,
+        sink_latest_batch=19,
+        offsets_latest=19,
+        commits_latest=19,
+        horizon=0,
+        sink_horizon=0,
+        checkpoint_horizon=0,
+        resuming=False,
+        query_id=report.plan.query_id,
+        force=False,
+        affected_batches=list(range(7, 20)),
+        data_files=26,
+        data_bytes=sum(per_batch.values()),
+        orphan_files=0,
+        data_files_per_batch=[BatchFiles(b, 2, per_batch[b]) for b in range(7, 20)],
+        sink_log=LogCut(
+            dir=f"file:{sink.meta}",
+            keep_up_to=6,
+            rebuild=[],
+            delete=list(reversed(rs.compact_names(range(7, 20), 3))),
+        ),
+        source_logs=[
+            SourceLogCut(
+                dir=f"file:{sink.ck}/sources/0",
+                keep_up_to=7,
+                rebuild=[],
+                delete=list(reversed(rs.compact_names(range(8, 20), 4))),
+                source=0,
+            )
+        ],
+        state_files=[],
+        state_bytes=0,
+        remove_state_dir=False,
+        commits_to_delete=list(range(19, 6, -1)),
+        offsets_to_delete=list(range(19, 7, -1)),
+    )
 
 
 def test_cli_dry_run_prints_the_plan_and_changes_nothing(sink: rs.IdsSink) -> None:
