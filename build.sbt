@@ -84,7 +84,7 @@ lazy val batchlog = (project in file("jvm"))
  * class path of the sessions that inject faults. Not published.
  */
 lazy val testkit = (project in file("jvm/testkit"))
-  .dependsOn(batchlog)
+  .dependsOn(batchlog % "compile->compile;test->test") // tests share batchlog's test base
   .settings(
     name := "batchlog-testkit",
     publish / skip := true,

@@ -6,15 +6,13 @@ import java.nio.file.Files
 import scala.jdk.CollectionConverters._
 
 import org.apache.hadoop.fs.Path
-import org.scalatest.BeforeAndAfterAll
-import org.scalatest.funsuite.AnyFunSuite
 
-import org.apache.spark.sql.{SparkSession, SQLContext}
+import org.apache.spark.sql.Encoders
 import org.apache.spark.sql.execution.streaming.runtime.MemoryStream
 import org.apache.spark.sql.functions.col
 import org.apache.spark.sql.streaming.{StreamingQuery, StreamingQueryException}
 
-import io.batchlog.{BatchLog, BatchLogConf}
+import io.batchlog.{BatchLog, BatchLogConf, SparkSessionTestBase}
 import io.batchlog.log.{
   BatchTaggedFileStreamSinkLog,
   CompactIndex,
@@ -30,24 +28,16 @@ import io.batchlog.ops.Verify
  * must fail, and once the fault is gone a restart from the same checkpoint must leave a valid log
  * and every row exactly once, with no half-written log file visible.
  */
-class FaultInjectionSuite extends AnyFunSuite with BeforeAndAfterAll {
+class FaultInjectionSuite extends SparkSessionTestBase {
 
-  private lazy val spark: SparkSession = SparkSession
-    .builder()
-    .master("local[2]")
-    .appName("FaultInjectionSuite")
-    .config("spark.ui.enabled", "false")
-    .config("spark.sql.shuffle.partitions", "2")
-    .config(BatchLogConf.CommitProtocolKey, BatchLogConf.CommitProtocolClass)
+  override protected def sparkConf: Map[String, String] = Map(
+    BatchLogConf.CommitProtocolKey -> BatchLogConf.CommitProtocolClass,
     // In the SQL conf: Spark reads the key from the Hadoop conf, which includes the SQL conf.
-    .config(
-      TestkitConf.CheckpointFileManagerClassKey,
-      classOf[FaultInjectingCheckpointFileManager].getName
-    )
-    .config(BatchLogConf.CompactIntervalKey, "3")
-    .config(BatchLogConf.CleanupDelayKey, "0")
-    .config(BatchLogConf.MinBatchesToRetainKey, "2")
-    .getOrCreate()
+    TestkitConf.CheckpointFileManagerClassKey -> classOf[FaultInjectingCheckpointFileManager].getName,
+    BatchLogConf.CompactIntervalKey -> "3",
+    BatchLogConf.CleanupDelayKey -> "0",
+    BatchLogConf.MinBatchesToRetainKey -> "2"
+  )
 
   private val faultKeys = Seq(
     TestkitConf.FaultOpKey,
@@ -57,12 +47,20 @@ class FaultInjectionSuite extends AnyFunSuite with BeforeAndAfterAll {
     TestkitConf.FaultTimesKey
   )
 
-  override def afterAll(): Unit = {
-    try spark.stop()
-    finally super.afterAll()
+  private def tempDir(): File = createTempDir("batchlog-fault")
+
+  /** A new input, an output and a checkpoint directory, with `n` batches run without fault. */
+  private def cleanRun(n: Int): (MemoryStream[Int], File, File) = {
+    val (out, chk) = (tempDir(), tempDir())
+    val input = MemoryStream[Int](spark, 1)(Encoders.scalaInt)
+    clearFault()
+    withQuery(start(input, out, chk))(q => feed(input, q, 0 until n))
+    (input, out, chk)
   }
 
-  private def tempDir(): File = Files.createTempDirectory("batchlog-fault").toFile
+  /** Adds batches `bs` one by one, each processed before the next. */
+  private def feed(input: MemoryStream[Int], q: StreamingQuery, bs: Range): Unit =
+    bs.foreach { b => input.addData(rows(b)); processAll(q) }
 
   /** Batch `b` of the test input: 4 rows, values b*10 .. b*10+3. */
   private def rows(b: Int): Seq[Int] = (0 until 4).map(b * 10 + _)
@@ -139,22 +137,14 @@ class FaultInjectionSuite extends AnyFunSuite with BeforeAndAfterAll {
   private def runWithFault(op: String, pathRegex: String, cleanBatches: Int)(
       afterFailure: File => Unit
   ): Unit = {
-    val out = tempDir()
-    val chk = tempDir()
-    implicit val sqlContext: SQLContext = spark.sqlContext
-    import sqlContext.implicits._
-    val input = MemoryStream[Int]
-    clearFault()
-    var q = start(input, out, chk)
-    try {
-      (0 until cleanBatches).foreach { b => input.addData(rows(b)); q.processAllAvailable() }
-    } finally q.stop()
+    val (input, out, chk) = cleanRun(cleanBatches)
+    var q: StreamingQuery = null
 
     setFault(op, pathRegex)
     try {
       q = start(input, out, chk)
       input.addData(rows(cleanBatches))
-      val e = intercept[StreamingQueryException](q.processAllAvailable())
+      val e = intercept[StreamingQueryException](processAll(q))
       assert(
         Iterator.iterate[Throwable](e)(_.getCause).takeWhile(_ != null)
           .exists(_.getMessage.contains("Injected fault")),
@@ -164,12 +154,10 @@ class FaultInjectionSuite extends AnyFunSuite with BeforeAndAfterAll {
     } finally clearFault()
     afterFailure(out)
 
-    q = start(input, out, chk)
-    try {
-      q.processAllAvailable()
-      input.addData(rows(cleanBatches + 1))
-      q.processAllAvailable()
-    } finally q.stop()
+    withQuery(start(input, out, chk)) { q =>
+      processAll(q)
+      feed(input, q, cleanBatches + 1 to cleanBatches + 1)
+    }
     assertSinkHolds(out, cleanBatches + 2)
   }
 
@@ -208,51 +196,26 @@ class FaultInjectionSuite extends AnyFunSuite with BeforeAndAfterAll {
   test("a crash midway through deleting expired log files keeps the compact interval") {
     // Found by the SIGKILL crash test: deleting in listing order could drop 8.compact and keep
     // 5.compact; the next start derived interval 6 from {5, 11}.compact and the log broke.
-    val out = tempDir()
-    val chk = tempDir()
-    implicit val sqlContext: SQLContext = spark.sqlContext
-    import sqlContext.implicits._
-    val input = MemoryStream[Int]
-    clearFault()
-    spark.conf.set(BatchLogConf.DeletionKey, "false")
-    var q = start(input, out, chk)
-    try {
-      (0 until 13).foreach { b => input.addData(rows(b)); q.processAllAvailable() }
-    } finally {
-      q.stop()
-      spark.conf.unset(BatchLogConf.DeletionKey)
-    }
+    val (input, out, chk) = withSQLConf(BatchLogConf.DeletionKey -> "false")(cleanRun(13))
+    var q: StreamingQuery = null
     // Batch 13 expires log files 0 .. 10 (below 11.compact); the 6th delete fails.
     setFault("delete", "_spark_metadata/[0-9]+(\\.compact)?$")
     spark.conf.set(TestkitConf.FaultNthKey, "6")
     try {
       q = start(input, out, chk)
       input.addData(rows(13))
-      intercept[StreamingQueryException](q.processAllAvailable())
+      intercept[StreamingQueryException](processAll(q))
       q.stop()
     } finally clearFault()
     val left = assertNoHalfWrittenLogFile(out).map(_.stripSuffix(".compact").toLong).sorted
     assert(left == (left.head to 13L), s"survivors are not the newest contiguous range: $left")
     assert(new BatchTaggedFileStreamSinkLog(spark, metaDir(out).getPath).interval == 3)
-    q = start(input, out, chk)
-    try {
-      q.processAllAvailable()
-      (14 until 18).foreach { b => input.addData(rows(b)); q.processAllAvailable() }
-    } finally q.stop()
+    withQuery(start(input, out, chk)) { q => processAll(q); feed(input, q, 14 until 18) }
     assertSinkHolds(out, 18)
   }
 
   test("the fault manager is the one Spark uses, and delegates without a fault") {
-    val out = tempDir()
-    val chk = tempDir()
-    implicit val sqlContext: SQLContext = spark.sqlContext
-    import sqlContext.implicits._
-    val input = MemoryStream[Int]
-    clearFault()
-    val q = start(input, out, chk)
-    try {
-      (0 until 3).foreach { b => input.addData(rows(b)); q.processAllAvailable() }
-    } finally q.stop()
+    val (_, out, chk) = cleanRun(3)
     assertSinkHolds(out, 3)
     val fm = org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager
       .create(new Path(chk.getPath), spark.sessionState.newHadoopConf())
