@@ -19,6 +19,8 @@ from pyspark.sql import SparkSession
 
 BATCHES = 8
 INTERVAL = 3  # compactions at batches 2 and 5
+#: The log files of a sink that ran every batch: 0, 1, 2.compact, 3, 4, 5.compact, 6, 7.
+ALL_LOG_NAMES = [f"{i}.compact" if (i + 1) % INTERVAL == 0 else str(i) for i in range(BATCHES)]
 EXTENSIONS = {"parquet": r"\.c000\.snappy\.parquet", "json": r"\.c000\.json"}
 
 

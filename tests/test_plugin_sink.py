@@ -29,6 +29,7 @@ from conftest import (
     tagged_files_by_batch,
 )
 from plugin_support import (
+    ALL_LOG_NAMES,
     BATCHES,
     EXTENSIONS,
     INTERVAL,
@@ -101,16 +102,7 @@ def test_data_files_are_named_by_batch(sinks: dict[str, Sink], fmt: str) -> None
 def test_log_lines_on_disk(sinks: dict[str, Sink], fmt: str) -> None:
     out = sinks[fmt].output
     meta = out / "_spark_metadata"
-    assert log_file_names(out) == [
-        "0",
-        "1",
-        "2.compact",
-        "3",
-        "4",
-        "5.compact",
-        "6",
-        "7",
-    ]
+    assert log_file_names(out) == ALL_LOG_NAMES
     by_batch = tagged_files_by_batch(out)
 
     for name in log_file_names(out):
