@@ -48,9 +48,19 @@ lazy val sparkTestSettings = Seq(
   Test / testOptions += Tests.Argument(TestFrameworks.ScalaTest, "-oD")
 )
 
+/**
+ * The Spark internal layout the build targets: `4.1` (Spark 4.1, 4.2, 4.3: streaming internals in
+ * `runtime`/`sinks`/`checkpointing`). Its shim, `jvm/src/main/spark-<layout>/`, names those
+ * internals once (package `io.batchlog.shim`); the rest of the code compiles against any layout.
+ */
+lazy val sparkLayout = settingKey[String]("Spark's internal layout: the shim directory to compile")
+
 lazy val batchlog = (project in file("jvm"))
   .settings(
     name := "batchlog",
+    sparkLayout := "4.1",
+    Compile / unmanagedSourceDirectories +=
+      baseDirectory.value / "src" / "main" / s"spark-${sparkLayout.value}",
     sparkJarsDir := {
       sys.env.get("SPARK_JARS_DIR").map(file).getOrElse {
         val found = ((baseDirectory

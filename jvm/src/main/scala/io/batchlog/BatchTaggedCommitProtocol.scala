@@ -11,7 +11,7 @@ import org.apache.spark.internal.io.FileCommitProtocol.TaskCommitMessage
 import org.apache.spark.internal.io.FileNameSpec
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.execution.streaming.ManifestFileCommitProtocol
-import org.apache.spark.sql.execution.streaming.sinks.{FileStreamSinkLog, SinkFileStatus}
+import io.batchlog.shim.{FileStreamSinkLog, SinkFileStatus}
 
 import io.batchlog.commit.WriterGuard
 import io.batchlog.log.{BatchTaggedFileStreamSinkLog, DataFileNaming, SinkLogEntry}
@@ -125,6 +125,17 @@ class BatchTaggedCommitProtocol(jobId: String, path: String)
     addedFiles += file.toString
     file.toString
   }
+
+  /**
+   * The older overload: Spark 3.5 and 4.0 call it for a sink without partition columns, and their
+   * `ManifestFileCommitProtocol` implements it on its own (an untagged name, recorded in the
+   * parent's list, not ours): every file must go through the batch-tagged naming above.
+   */
+  override def newTaskTempFile(
+      taskContext: TaskAttemptContext,
+      dir: Option[String],
+      ext: String
+  ): String = newTaskTempFile(taskContext, dir, FileNameSpec("", ext))
 
   override def commitTask(taskContext: TaskAttemptContext): TaskCommitMessage = {
     if (addedFiles.isEmpty) new TaskCommitMessage(Seq.empty[SinkFileStatus])

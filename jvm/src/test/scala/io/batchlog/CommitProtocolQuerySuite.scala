@@ -6,8 +6,10 @@ import java.nio.file.Files
 import java.util.concurrent.atomic.AtomicInteger
 
 import org.apache.hadoop.fs.Path
+import org.apache.hadoop.mapreduce.TaskType
 
 import org.apache.spark.TaskContext
+import org.apache.spark.internal.io.FileNameSpec
 import org.apache.spark.sql.Encoders
 import org.apache.spark.sql.expressions.UserDefinedFunction
 import org.apache.spark.sql.execution.streaming.runtime.MemoryStream
@@ -15,6 +17,8 @@ import org.apache.spark.sql.functions.{col, udf}
 import org.apache.spark.sql.streaming.{StreamingQuery, StreamingQueryException}
 
 import io.batchlog.commit.WriterGuard
+import io.batchlog.log.DataFileNaming
+import io.batchlog.shim.{FileStreamSinkLog, SinkFileStatus}
 
 /**
  * Makes a task fail on a chosen row, from inside a query (tasks run in this JVM with `local`).
@@ -229,16 +233,36 @@ class CommitProtocolQuerySuite extends SparkSessionTestBase {
     }
   }
 
+  test("both newTaskTempFile overloads name a file by its batch, and the task commits it") {
+    // Spark 3.5 and 4.0 call the older String overload for a sink without partition columns.
+    withSink("json", partitioned = false, interval = 3) { s =>
+      val p = new BatchTaggedCommitProtocol("1", s.out.toString)
+      p.setupManifestOptions(new FileStreamSinkLog(1, spark, s.meta.toString, None), 4L)
+      val conf = spark.sparkContext.hadoopConfiguration
+      val ctx = new org.apache.hadoop.mapreduce.task.TaskAttemptContextImpl(
+        conf,
+        new org.apache.hadoop.mapreduce.TaskAttemptID("jt", 0, TaskType.MAP, 3, 0)
+      )
+      p.setupTask(ctx)
+      val files = Seq(
+        p.newTaskTempFile(ctx, None, ".json"),
+        p.newTaskTempFile(ctx, Some("k=1"), FileNameSpec("", ".json"))
+      )
+      files.foreach { f =>
+        val path = new Path(f)
+        assert(DataFileNaming.batchIdOf(path.getName) === Some(4L), f)
+        path.getFileSystem(conf).create(path).close()
+      }
+      val committed = p.commitTask(ctx).obj.asInstanceOf[Seq[SinkFileStatus]]
+      assert(committed.map(st => new Path(st.path).getName) === files.map(new Path(_).getName))
+    }
+  }
+
   test("a batch already in the log fails the commit instead of being logged twice") {
     withSink("json", partitioned = false, interval = 3) { s =>
       val q = withQuery(s.start()) { q => runBatch(s, q, 0); q }
       val p = new BatchTaggedCommitProtocol("1", s.out.toString)
-      val sinkLog = new org.apache.spark.sql.execution.streaming.sinks.FileStreamSinkLog(
-        1,
-        spark,
-        s.meta.toString,
-        None
-      )
+      val sinkLog = new FileStreamSinkLog(1, spark, s.meta.toString, None)
       // the same query (its id as Spark's stream thread sets it), committing batch 0 again
       spark.sparkContext.setLocalProperty(WriterGuard.QueryIdProperty, q.id.toString)
       try p.setupManifestOptions(sinkLog, 0L)

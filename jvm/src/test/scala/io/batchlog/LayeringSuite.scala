@@ -42,7 +42,7 @@ class LayeringSuite extends AnyFunSuite {
 
   /** The layer a reference `io.batchlog.<rest>` points at. */
   private def layerOfRef(rest: String): Int = rest.split('.').head match {
-    case "BatchLogConf" | "BatchLogException" => 0
+    case "BatchLogConf" | "BatchLogException" | "shim" => 0
     case "log" | "checkpoint" => 1
     case "commit" | "BatchTaggedCommitProtocol" => 2
     case "ops" => 3
@@ -84,5 +84,18 @@ class LayeringSuite extends AnyFunSuite {
         }
       }.toSeq
     assert(hits.isEmpty, hits.mkString("test code in the product:\n", "\n", ""))
+  }
+
+  test("Spark's moving streaming internals are named only in the shim") {
+    // They moved packages between Spark 4.0 and 4.1; `jvm/src/main/spark-<layout>/` names them.
+    val Moving =
+      """org\.apache\.spark\.sql\.execution\.streaming\.(runtime|sinks|checkpointing)""".r
+    val uses = Files.walk(root.toPath).iterator().asScala.filter(_.toString.endsWith(".scala"))
+      .flatMap { f =>
+        Files.readAllLines(f, UTF_8).asScala.zipWithIndex.collect {
+          case (line, i) if Moving.findFirstIn(line).isDefined => s"$f:${i + 1}: ${line.trim}"
+        }
+      }.toSeq
+    assert(uses.isEmpty, uses.mkString("import them from io.batchlog.shim:\n", "\n", ""))
   }
 }

@@ -13,8 +13,8 @@ import org.apache.hadoop.fs.Path
 import org.scalatest.Assertions
 
 import org.apache.spark.sql.SparkSession
-import org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager
-import org.apache.spark.sql.execution.streaming.sinks.{FileStreamSinkLog, SinkFileStatus}
+import io.batchlog.shim.CheckpointFileManager
+import io.batchlog.shim.{FileStreamSinkLog, SinkFileStatus}
 
 import io.batchlog.log.{JsonRecordFile, LogFiles, LogFormat, SinkLogEntry}
 

@@ -5,7 +5,7 @@ import java.nio.file.{Files, Paths, StandardCopyOption}
 import org.apache.hadoop.fs.Path
 
 import org.apache.spark.sql.SparkSession
-import org.apache.spark.sql.execution.streaming.sinks.{FileStreamSinkLog, SinkFileStatus}
+import io.batchlog.shim.{FileStreamSinkLog, SinkFileStatus}
 
 import io.batchlog.BatchLog
 import io.batchlog.log.{BatchTaggedFileStreamSinkLog, SinkLogEntry}

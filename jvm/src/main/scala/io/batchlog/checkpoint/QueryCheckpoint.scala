@@ -10,7 +10,7 @@ import org.json4s._
 import org.json4s.jackson.JsonMethods.parse
 
 import org.apache.spark.sql.SparkSession
-import org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager
+import io.batchlog.shim.CheckpointFileManager
 
 import io.batchlog.BatchLogException
 

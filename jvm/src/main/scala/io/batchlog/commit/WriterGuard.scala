@@ -7,7 +7,7 @@ import org.apache.hadoop.fs.Path
 
 import org.apache.spark.internal.Logging
 import org.apache.spark.sql.SparkSession
-import org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager
+import io.batchlog.shim.CheckpointFileManager
 
 import io.batchlog.{BatchLogConf, BatchLogException}
 import io.batchlog.log.{

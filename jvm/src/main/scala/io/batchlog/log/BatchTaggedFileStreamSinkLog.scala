@@ -8,10 +8,10 @@ import scala.collection.mutable
 import org.apache.hadoop.fs.{FileStatus, Path}
 
 import org.apache.spark.sql.SparkSession
-import org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager
-import org.apache.spark.sql.execution.streaming.runtime.CompactibleFileStreamLog
-import org.apache.spark.sql.execution.streaming.runtime.CompactibleFileStreamLog._
-import org.apache.spark.sql.execution.streaming.sinks.FileStreamSinkLog
+import io.batchlog.shim.CheckpointFileManager
+import io.batchlog.shim.CompactibleFileStreamLog
+import io.batchlog.shim.CompactibleFileStreamLog._
+import io.batchlog.shim.FileStreamSinkLog
 
 import io.batchlog.{BatchLogConf, BatchLogException}
 

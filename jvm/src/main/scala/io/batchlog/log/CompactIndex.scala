@@ -8,7 +8,7 @@ import scala.util.control.NonFatal
 
 import org.apache.hadoop.fs.{FileStatus, Path}
 
-import org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager
+import io.batchlog.shim.CheckpointFileManager
 
 /**
  * A run of consecutive lines of one batch (`None`: untagged) in a compact file: the bytes `[offset,

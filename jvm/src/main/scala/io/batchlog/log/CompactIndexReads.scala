@@ -8,7 +8,7 @@ import scala.collection.mutable
 import org.apache.hadoop.fs.FileStatus
 
 import org.apache.spark.internal.Logging
-import org.apache.spark.sql.execution.streaming.runtime.CompactibleFileStreamLog._
+import io.batchlog.shim.CompactibleFileStreamLog._
 
 import io.batchlog.BatchLogException
 

@@ -7,7 +7,7 @@ import org.apache.hadoop.fs.Path
 import org.json4s.{DefaultFormats, Formats}
 import org.json4s.jackson.Serialization
 
-import org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager
+import io.batchlog.shim.CheckpointFileManager
 
 import io.batchlog.BatchLogException
 

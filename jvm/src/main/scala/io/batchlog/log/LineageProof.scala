@@ -2,7 +2,7 @@ package io.batchlog.log
 
 import scala.collection.mutable
 
-import org.apache.spark.sql.execution.streaming.runtime.CompactibleFileStreamLog._
+import io.batchlog.shim.CompactibleFileStreamLog._
 
 /**
  * The batches that surviving log files prove for entries that carry no batch: lines written or

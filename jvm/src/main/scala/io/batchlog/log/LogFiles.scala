@@ -13,7 +13,7 @@ import java.nio.charset.StandardCharsets.UTF_8
 
 import org.apache.hadoop.fs.{FSDataInputStream, Path}
 
-import org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager
+import io.batchlog.shim.CheckpointFileManager
 
 import io.batchlog.BatchLogException
 

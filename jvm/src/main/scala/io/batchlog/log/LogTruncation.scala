@@ -2,8 +2,8 @@ package io.batchlog.log
 
 import org.apache.hadoop.fs.Path
 
-import org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager
-import org.apache.spark.sql.execution.streaming.runtime.CompactibleFileStreamLog._
+import io.batchlog.shim.CheckpointFileManager
+import io.batchlog.shim.CompactibleFileStreamLog._
 
 import io.batchlog.BatchLogException
 

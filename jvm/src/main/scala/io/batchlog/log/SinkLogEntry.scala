@@ -1,6 +1,6 @@
 package io.batchlog.log
 
-import org.apache.spark.sql.execution.streaming.sinks.SinkFileStatus
+import io.batchlog.shim.SinkFileStatus
 
 /**
  * One line of a batch-tagged sink log: Spark's `SinkFileStatus` plus the micro-batch that committed

@@ -3,7 +3,7 @@ package io.batchlog.log
 import org.apache.hadoop.fs.Path
 
 import org.apache.spark.internal.Logging
-import org.apache.spark.sql.execution.streaming.runtime.CompactibleFileStreamLog._
+import io.batchlog.shim.CompactibleFileStreamLog._
 
 import io.batchlog.BatchLogException
 

@@ -5,8 +5,8 @@ import scala.collection.mutable
 import org.apache.hadoop.fs.{FileStatus, FileSystem, Path}
 
 import org.apache.spark.sql.SparkSession
-import org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager
-import org.apache.spark.sql.execution.streaming.sinks.SinkFileStatus
+import io.batchlog.shim.CheckpointFileManager
+import io.batchlog.shim.SinkFileStatus
 
 import io.batchlog.{BatchLogConf, BatchLogException}
 import io.batchlog.log.{

@@ -6,7 +6,7 @@ import org.apache.hadoop.fs.Path
 
 import org.apache.spark.paths.SparkPath
 import org.apache.spark.sql.SparkSession
-import org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager
+import io.batchlog.shim.CheckpointFileManager
 
 import io.batchlog.{BatchLogConf, BatchLogException}
 import io.batchlog.checkpoint.{QueryCheckpoint, StateFiles}

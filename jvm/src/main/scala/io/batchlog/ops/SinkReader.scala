@@ -10,7 +10,7 @@ import org.apache.hadoop.mapreduce.lib.input.{FileInputFormat, TextInputFormat}
 import org.apache.spark.paths.SparkPath
 import org.apache.spark.rdd.RDD
 import org.apache.spark.sql.{Column, DataFrame, Encoders, Row, SparkSession}
-import org.apache.spark.sql.execution.streaming.runtime.CompactibleFileStreamLog
+import io.batchlog.shim.CompactibleFileStreamLog
 import org.apache.spark.sql.functions._
 
 import io.batchlog.BatchLogException

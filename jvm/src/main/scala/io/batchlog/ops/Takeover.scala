@@ -1,7 +1,7 @@
 package io.batchlog.ops
 
 import org.apache.spark.sql.SparkSession
-import org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager
+import io.batchlog.shim.CheckpointFileManager
 
 import io.batchlog.BatchLogException
 import io.batchlog.checkpoint.QueryCheckpoint

@@ -2,7 +2,7 @@ package io.batchlog.ops
 
 import org.apache.hadoop.fs.Path
 
-import org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager
+import io.batchlog.shim.CheckpointFileManager
 
 import io.batchlog.BatchLogException
 import io.batchlog.commit.WriterGuard
