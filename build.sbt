@@ -58,7 +58,7 @@ lazy val sparkLayout = settingKey[String]("Spark's internal layout: the shim dir
 lazy val batchlog = (project in file("jvm"))
   .settings(
     name := "batchlog",
-    sparkLayout := "4.1",
+    sparkLayout := sys.env.getOrElse("BATCHLOG_SPARK_LAYOUT", "4.1"),
     Compile / unmanagedSourceDirectories +=
       baseDirectory.value / "src" / "main" / s"spark-${sparkLayout.value}",
     sparkJarsDir := {
