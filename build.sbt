@@ -61,6 +61,8 @@ lazy val batchlog = (project in file("jvm"))
     sparkLayout := sys.env.getOrElse("BATCHLOG_SPARK_LAYOUT", "4.1"),
     Compile / unmanagedSourceDirectories +=
       baseDirectory.value / "src" / "main" / s"spark-${sparkLayout.value}",
+    Test / unmanagedSourceDirectories +=
+      baseDirectory.value / "src" / "test" / s"spark-${sparkLayout.value}",
     sparkJarsDir := {
       sys.env.get("SPARK_JARS_DIR").map(file).getOrElse {
         val found = ((baseDirectory
@@ -97,6 +99,8 @@ lazy val testkit = (project in file("jvm/testkit"))
   .dependsOn(batchlog % "compile->compile;test->test") // tests share batchlog's test base
   .settings(
     name := "batchlog-testkit",
+    Compile / unmanagedSourceDirectories +=
+      baseDirectory.value / "src" / "main" / s"spark-${(batchlog / sparkLayout).value}",
     publish / skip := true,
     Compile / unmanagedJars ++= (batchlog / Compile / unmanagedJars).value,
     scalacOptions ++= scalaOptions,

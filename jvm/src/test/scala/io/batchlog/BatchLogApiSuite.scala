@@ -5,8 +5,7 @@ import java.io.File
 import org.json4s.{JNull, JString}
 import org.json4s.jackson.JsonMethods.parse
 
-import org.apache.spark.sql.Encoders
-import org.apache.spark.sql.execution.streaming.runtime.MemoryStream
+import io.batchlog.testshim.intStream
 
 import io.batchlog.api.ReportJson
 import io.batchlog.log.DataFileNaming
@@ -28,7 +27,7 @@ class BatchLogApiSuite extends SparkSessionTestBase {
   private lazy val sink: (File, File) = {
     val root = createTempDir()
     val (out, chk) = (new File(root, "out"), new File(root, "chk"))
-    val input = MemoryStream[Int](spark, 1)(Encoders.scalaInt)
+    val input = intStream(spark, 1)
     val q = input.toDF().writeStream.format("parquet")
       .option("checkpointLocation", chk.getPath).start(out.getPath)
     try {

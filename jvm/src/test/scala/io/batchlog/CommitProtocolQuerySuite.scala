@@ -10,9 +10,8 @@ import org.apache.hadoop.mapreduce.TaskType
 
 import org.apache.spark.TaskContext
 import org.apache.spark.internal.io.FileNameSpec
-import org.apache.spark.sql.Encoders
 import org.apache.spark.sql.expressions.UserDefinedFunction
-import org.apache.spark.sql.execution.streaming.runtime.MemoryStream
+import io.batchlog.testshim.{intStream, MemoryStream}
 import org.apache.spark.sql.functions.{col, udf}
 import org.apache.spark.sql.streaming.{StreamingQuery, StreamingQueryException}
 
@@ -66,7 +65,7 @@ class CommitProtocolQuerySuite extends SparkSessionTestBase {
     val out = new File(root, "out")
     val checkpoint = new File(root, "checkpoint")
     val meta = new File(out, "_spark_metadata")
-    val input: MemoryStream[Int] = MemoryStream[Int](spark, 2)(Encoders.scalaInt)
+    val input: MemoryStream[Int] = intStream(spark, 2)
 
     def start(): StreamingQuery = withSQLConf(CompactIntervalKey -> interval.toString) {
       val df = input.toDF().select(

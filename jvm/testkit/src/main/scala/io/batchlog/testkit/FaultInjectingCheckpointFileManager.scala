@@ -13,12 +13,8 @@ import org.apache.hadoop.fs.{
   UnsupportedFileSystemException
 }
 
-import org.apache.spark.sql.execution.streaming.checkpointing.{
-  CheckpointFileManager,
-  FileContextBasedCheckpointFileManager,
-  FileSystemBasedCheckpointFileManager
-}
-import org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager.CancellableFSDataOutputStream
+import io.batchlog.shim.CheckpointFileManager
+import io.batchlog.shim.CheckpointFileManager.CancellableFSDataOutputStream
 
 /**
  * Test-only: a real `CheckpointFileManager` (Spark's default, file-context based one, or the
@@ -34,14 +30,14 @@ import org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileMana
  * count).
  */
 class FaultInjectingCheckpointFileManager(path: Path, hadoopConf: Configuration)
-    extends CheckpointFileManager {
+    extends WrappingManager {
   import FaultInjectingCheckpointFileManager._
 
-  private val underlying: CheckpointFileManager =
-    try new FileContextBasedCheckpointFileManager(path, hadoopConf)
+  protected val underlying: CheckpointFileManager =
+    try new ManagerShim.FileContextBased(path, hadoopConf)
     catch {
       case _: UnsupportedFileSystemException =>
-        new FileSystemBasedCheckpointFileManager(path, hadoopConf)
+        new ManagerShim.FileSystemBased(path, hadoopConf)
     }
 
   private val fault: Option[Fault] = Fault.fromConf(hadoopConf)
@@ -76,8 +72,6 @@ class FaultInjectingCheckpointFileManager(path: Path, hadoopConf: Configuration)
   override def isLocal: Boolean = underlying.isLocal
 
   override def createCheckpointDirectory(): Path = underlying.createCheckpointDirectory()
-
-  override def close(): Unit = underlying.close()
 }
 
 object FaultInjectingCheckpointFileManager {

@@ -7,8 +7,7 @@ import scala.jdk.CollectionConverters._
 
 import org.apache.hadoop.fs.Path
 
-import org.apache.spark.sql.Encoders
-import org.apache.spark.sql.execution.streaming.runtime.MemoryStream
+import io.batchlog.testshim.{intStream, MemoryStream}
 import org.apache.spark.sql.functions.col
 import org.apache.spark.sql.streaming.{StreamingQuery, StreamingQueryException}
 
@@ -52,7 +51,7 @@ class FaultInjectionSuite extends SparkSessionTestBase {
   /** A new input, an output and a checkpoint directory, with `n` batches run without fault. */
   private def cleanRun(n: Int): (MemoryStream[Int], File, File) = {
     val (out, chk) = (tempDir(), tempDir())
-    val input = MemoryStream[Int](spark, 1)(Encoders.scalaInt)
+    val input = intStream(spark, 1)
     clearFault()
     withQuery(start(input, out, chk))(q => feed(input, q, 0 until n))
     (input, out, chk)
@@ -217,7 +216,7 @@ class FaultInjectionSuite extends SparkSessionTestBase {
   test("the fault manager is the one Spark uses, and delegates without a fault") {
     val (_, out, chk) = cleanRun(3)
     assertSinkHolds(out, 3)
-    val fm = org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager
+    val fm = io.batchlog.shim.CheckpointFileManager
       .create(new Path(chk.getPath), spark.sessionState.newHadoopConf())
     assert(fm.isInstanceOf[FaultInjectingCheckpointFileManager])
   }
