@@ -39,10 +39,9 @@ object Horizon {
   /** The sink's horizon and owner and, given the query's checkpoint, the checkpoint's horizon. */
   def report(
       spark: SparkSession,
-      sinkPath: String,
+      log: BatchTaggedFileStreamSinkLog,
       checkpointPath: Option[String]
   ): HorizonReport = {
-    val log = BatchTaggedFileStreamSinkLog.forOutput(spark, sinkPath)
     val sink = ofSink(log)
     val checkpoint = checkpointPath.map(new QueryCheckpoint(spark, _))
     val cp = checkpoint.map(c => ofCheckpoint(c.offsetIds, c.commitIds))

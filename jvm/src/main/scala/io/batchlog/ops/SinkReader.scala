@@ -133,7 +133,7 @@ class SinkReader(spark: SparkSession, outputPath: String) {
       untagged._1,
       untagged._2,
       perBatch.toSeq.map { case (b, (n, bytes)) => BatchFiles(b, n, bytes) },
-      Horizon.report(spark, outputPath, checkpointPath)
+      Horizon.report(spark, log, checkpointPath)
     )
   }
 
