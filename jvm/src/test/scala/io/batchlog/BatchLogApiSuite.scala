@@ -93,6 +93,7 @@ class BatchLogApiSuite extends SparkSessionTestBase {
     assert(json \ "result" == JNull)
     assert(json \ "plan" \ "sink" == JString(report.plan.sink))
     val fields = (json \ "plan").values.asInstanceOf[Map[String, Any]].keySet
-    assert(fields == report.plan.productElementNames.toSet)
+    // The case class's fields (Scala 2.12 has no productElementNames).
+    assert(fields == report.plan.getClass.getDeclaredFields.map(_.getName).toSet)
   }
 }

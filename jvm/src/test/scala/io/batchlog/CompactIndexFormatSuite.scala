@@ -2,7 +2,6 @@ package io.batchlog
 
 import java.io.ByteArrayInputStream
 import java.nio.charset.StandardCharsets.UTF_8
-import java.util.zip.CRC32C
 
 import org.apache.hadoop.fs.{FileStatus, Path}
 import org.scalatest.funsuite.AnyFunSuite
@@ -23,7 +22,7 @@ class CompactIndexFormatSuite extends AnyFunSuite {
 
   /** The runs a scan finds in a compact file's bytes, as compaction would index them. */
   private def scan(bytes: Array[Byte]): CompactIndex = {
-    val crc = new CRC32C
+    val crc = Compat.crc32c()
     val b = new CompactIndex.Builder(crc)
     val end = CompactIndex.scanLines(new ByteArrayInputStream(bytes), crc, h => new Exception(h)) {
       (line, offset) => b.line(Some(line.takeWhile(_ != ' ').toLong), offset)
@@ -47,7 +46,7 @@ class CompactIndexFormatSuite extends AnyFunSuite {
   }
 
   private def crcOf(bytes: Array[Byte], from: Long, len: Long): Long = {
-    val c = new CRC32C
+    val c = Compat.crc32c()
     c.update(bytes, from.toInt, len.toInt)
     c.getValue
   }
@@ -58,7 +57,9 @@ class CompactIndexFormatSuite extends AnyFunSuite {
     assert(index.runs.map(r => (r.batchId, r.count)) ===
       Seq((Some(0L), 2L), (Some(1L), 1L), (Some(3L), 3L), (Some(1L), 1L)))
     assert(index.runs.head.offset === CompactIndex.FirstOffset)
-    index.runs.sliding(2).foreach { case Seq(a, b) => assert(a.offset + a.length === b.offset) }
+    index.runs.zip(index.runs.tail).foreach { case (a, b) =>
+      assert(a.offset + a.length === b.offset)
+    }
     assert(index.runs.last.offset + index.runs.last.length === bytes.length)
     index.runs.foreach(r => assert(r.crc === crcOf(bytes, r.offset, r.length)))
     assert(index.entries === 7 && index.droppedEntries === 0 && index.droppedMaxBatch === -1)
@@ -78,7 +79,11 @@ class CompactIndexFormatSuite extends AnyFunSuite {
     val starts = lines.init.scanLeft(0)((off, l) => off + l.getBytes(UTF_8).length + 1).tail
     val seen = Seq.newBuilder[(String, Long)]
     val end =
-      CompactIndex.scanLines(new ByteArrayInputStream(odd), new CRC32C, h => new Exception(h)) {
+      CompactIndex.scanLines(
+        new ByteArrayInputStream(odd),
+        Compat.crc32c(),
+        h => new Exception(h)
+      ) {
         (line, offset) => seen += line -> offset
       }
     assert(end === odd.length)
@@ -95,7 +100,7 @@ class CompactIndexFormatSuite extends AnyFunSuite {
       intercept[Exception](
         CompactIndex.scanLines(
           new ByteArrayInputStream(bytes),
-          new CRC32C,
+          Compat.crc32c(),
           h => new Exception(s"[$h]")
         )((_, _) => fail("no line expected"))
       ).getMessage

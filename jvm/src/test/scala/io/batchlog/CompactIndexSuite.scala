@@ -4,17 +4,7 @@ import java.io.File
 import java.nio.charset.StandardCharsets.UTF_8
 import java.nio.file.Files
 
-import scala.jdk.CollectionConverters._
-
-import org.apache.hadoop.fs.{FileStatus, Path}
-
-import io.batchlog.log.{
-  BatchTaggedFileStreamSinkLog,
-  CompactIndex,
-  IndexRun,
-  LogFormat,
-  SinkLogEntry
-}
+import io.batchlog.log.{BatchTaggedFileStreamSinkLog, IndexRun, LogFormat}
 
 /** The per-batch index beside compact files, byte-copy compaction, and retention. */
 class CompactIndexSuite extends CompactIndexTestBase {

@@ -6,15 +6,9 @@ import java.nio.file.Files
 
 import scala.jdk.CollectionConverters._
 
-import org.apache.hadoop.fs.{FileStatus, Path}
+import org.apache.hadoop.fs.FileStatus
 
-import io.batchlog.log.{
-  BatchTaggedFileStreamSinkLog,
-  CompactIndex,
-  IndexRun,
-  LogFormat,
-  SinkLogEntry
-}
+import io.batchlog.log.{BatchTaggedFileStreamSinkLog, CompactIndex, SinkLogEntry}
 
 /** Sinks written through batchlog's log, and their compact files' indexes as they are on disk. */
 trait CompactIndexTestBase extends SparkSessionTestBase {

@@ -13,6 +13,7 @@ import org.apache.spark.sql.SparkSession
 import io.batchlog.shim.CheckpointFileManager
 
 import io.batchlog.BatchLogException
+import io.batchlog.Compat
 
 /**
  * One entry of a query's offset log, `offsets/N`:
@@ -64,7 +65,7 @@ class QueryCheckpoint(spark: SparkSession, path: String) {
     val file = new Path(root, "metadata")
     val in = fm.open(file)
     val text =
-      try new String(in.readAllBytes(), UTF_8)
+      try new String(Compat.readAllBytes(in), UTF_8)
       finally in.close()
     Try(parse(text) \ "id").toOption.collect { case JString(id) => id }.getOrElse(
       throw BatchLogException.unsupportedCheckpoint(file.toString, "it names no query id")

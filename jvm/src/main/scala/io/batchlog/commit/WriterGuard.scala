@@ -10,6 +10,7 @@ import org.apache.spark.sql.SparkSession
 import io.batchlog.shim.CheckpointFileManager
 
 import io.batchlog.{BatchLogConf, BatchLogException}
+import io.batchlog.Compat
 import io.batchlog.log.{
   BatchTaggedFileStreamSinkLog,
   RewindIntent,
@@ -178,7 +179,7 @@ object WriterGuard {
     try InetAddress.getLocalHost.getHostName
     catch { case _: Exception => "unknown-host" }
 
-  private lazy val pid: Long = ProcessHandle.current().pid()
+  private lazy val pid: Long = Compat.pid
 
   /** The micro-batch threads of the runs holding a lease from this JVM, by run id. */
   private val runsHere = new ConcurrentHashMap[String, Thread]()

@@ -2,13 +2,14 @@ package io.batchlog.log
 
 import java.io.{InputStream, OutputStream}
 import java.nio.charset.StandardCharsets.UTF_8
-import java.util.zip.{Checksum, CRC32C}
+import java.util.zip.Checksum
 
 import scala.util.control.NonFatal
 
 import org.apache.hadoop.fs.{FileStatus, Path}
 
 import io.batchlog.shim.CheckpointFileManager
+import io.batchlog.Compat
 
 /**
  * A run of consecutive lines of one batch (`None`: untagged) in a compact file: the bytes `[offset,
@@ -100,7 +101,7 @@ object CompactIndex {
     name.endsWith(Suffix) && LogLayout.isCompactName(name.stripSuffix(Suffix))
 
   def crcOf(bytes: Array[Byte], len: Int): Long = {
-    val c = new CRC32C
+    val c = Compat.crc32c()
     c.update(bytes, 0, len)
     c.getValue
   }
@@ -113,7 +114,7 @@ object CompactIndex {
     if (!fm.exists(file)) None
     else Some(try {
       val in = fm.open(file)
-      try Right(in.readAllBytes())
+      try Right(Compat.readAllBytes(in))
       finally in.close()
     } catch {
       case _: java.io.FileNotFoundException => return None
@@ -224,7 +225,7 @@ object CompactIndex {
     }
     index.runs.sortBy(_.offset).foreach { r =>
       skipTo(r.offset)
-      val c = new CRC32C
+      val c = Compat.crc32c()
       while (pos < r.offset + r.length) {
         val n = in.read(buf, 0, math.min(buf.length.toLong, r.offset + r.length - pos).toInt)
         if (n < 0) return Some(s"the compact file ends at byte $pos, inside a run")
@@ -297,7 +298,7 @@ object CompactIndex {
    * Collects runs while a compact file is written (or scanned) line by line. `crc` must see every
    * byte written from the start of each run to its end; the builder resets it at each run start.
    */
-  final class Builder(crc: Checksum = new CRC32C) {
+  final class Builder(crc: Checksum = Compat.crc32c()) {
     private val runs = Vector.newBuilder[IndexRun]
     private var cur: Option[Long] = None
     private var start = 0L

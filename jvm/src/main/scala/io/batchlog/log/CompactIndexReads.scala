@@ -11,6 +11,8 @@ import org.apache.spark.internal.Logging
 import io.batchlog.shim.CompactibleFileStreamLog._
 
 import io.batchlog.BatchLogException
+import io.batchlog.Compat
+import io.batchlog.Compat._
 
 /**
  * Reads of a [[BatchTaggedFileStreamSinkLog]] (mixed into it) through the per-batch
@@ -59,7 +61,7 @@ trait CompactIndexReads extends Logging { self: BatchTaggedFileStreamSinkLog =>
    */
   def scanIndex(compactId: Long, status: FileStatus): CompactIndex = {
     val file = batchIdToPath(compactId)
-    val crc = new java.util.zip.CRC32C
+    val crc = Compat.crc32c()
     val b = new CompactIndex.Builder(crc)
     val in =
       LogFiles.open(checkpointFileManager, file, s"the log needs it to read batch $compactId")
@@ -165,7 +167,7 @@ trait CompactIndexReads extends Logging { self: BatchTaggedFileStreamSinkLog =>
         foreachEntryIn(id)(buf += _)
         buf.headOption
       }
-    }.nextOption()
+    }.firstOption
 
   /**
    * The entries of one run, or None if they do not match it (stale index): each line of the run's
@@ -179,7 +181,7 @@ trait CompactIndexReads extends Logging { self: BatchTaggedFileStreamSinkLog =>
       in.seek(run.offset)
       val checked = new java.util.zip.CheckedInputStream(
         new CompactIndex.BoundedStream(in, run.length),
-        new java.util.zip.CRC32C
+        Compat.crc32c()
       )
       val r = new BufferedReader(new InputStreamReader(checked, UTF_8), 1 << 16)
       if (r.read() != '\n') return None

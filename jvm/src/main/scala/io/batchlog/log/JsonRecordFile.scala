@@ -10,6 +10,8 @@ import org.json4s.jackson.Serialization
 import io.batchlog.shim.CheckpointFileManager
 
 import io.batchlog.BatchLogException
+import io.batchlog.Compat
+import io.batchlog.Compat._
 
 /**
  * A small JSON record batchlog keeps beside the log in `_spark_metadata/` (the rewind intent, the
@@ -34,14 +36,14 @@ class JsonRecordFile[T <: AnyRef: Manifest](val fileName: String) {
       try fm.open(p)
       catch { case _: FileNotFoundException => return None }
     val text =
-      try new String(in.readAllBytes(), UTF_8)
+      try new String(Compat.readAllBytes(in), UTF_8)
       finally in.close()
     try Some(Serialization.read[T](text))
     catch {
       case e: Exception =>
         throw new BatchLogException(
           BatchLogException.CorruptLog,
-          s"batchlog's record $p cannot be read (${e.getMessage.linesIterator.nextOption()
+          s"batchlog's record $p cannot be read (${e.getMessage.linesIterator.firstOption
               .getOrElse(e.toString)}). Restore it from a backup or remove it: batchlog then " +
             "treats the sink as one it has not seen yet.",
           e

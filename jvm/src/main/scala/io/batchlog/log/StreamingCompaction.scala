@@ -6,6 +6,7 @@ import org.apache.spark.internal.Logging
 import io.batchlog.shim.CompactibleFileStreamLog._
 
 import io.batchlog.BatchLogException
+import io.batchlog.Compat
 
 /**
  * Compaction of a [[BatchTaggedFileStreamSinkLog]] (mixed into it): writes `N.compact` by copying
@@ -61,7 +62,7 @@ trait StreamingCompaction extends Logging { self: BatchTaggedFileStreamSinkLog =
   ): Boolean = {
     val now = System.currentTimeMillis()
     val minBatch = retention.batches.map(n => batchId + 1 - n).getOrElse(Long.MinValue)
-    val crc = new java.util.zip.CRC32C
+    val crc = Compat.crc32c()
     val index = new CompactIndex.Builder(crc)
     var endOffset = 0L
     val added = addNewBatchByStream(batchId) { out =>
@@ -144,7 +145,7 @@ trait StreamingCompaction extends Logging { self: BatchTaggedFileStreamSinkLog =
     val file = batchIdToPath(compactId)
     val in = LogFiles.open(checkpointFileManager, file, s"compaction needs it")
     val buf = new Array[Byte](1 << 20)
-    val crc = new java.util.zip.CRC32C
+    val crc = Compat.crc32c()
     try {
       prev.runs.foreach { run =>
         if (run.batchId.exists(_ < minBatch)) index.dropRun(run)

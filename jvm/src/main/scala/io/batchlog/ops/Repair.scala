@@ -9,6 +9,7 @@ import io.batchlog.shim.CheckpointFileManager
 import io.batchlog.shim.SinkFileStatus
 
 import io.batchlog.{BatchLogConf, BatchLogException}
+import io.batchlog.Compat._
 import io.batchlog.log.{
   BatchTaggedFileStreamSinkLog,
   DataFileNaming,
@@ -158,7 +159,7 @@ object Repair {
         LogLayout.intervalOf(fm, dir, default)._2.map(i =>
           IntervalChoice(i, s"the compact files in $dir", assumed = false)
         )
-      }.nextOption())
+      }.firstOption)
       .getOrElse(IntervalChoice(
         default,
         s"the session's ${BatchLogConf.CompactIntervalKey} (nothing in the sink records its " +
@@ -191,7 +192,7 @@ object Repair {
     def fmOf(dir: Path) = CheckpointFileManager.create(dir, hadoopConf)
     val record = dirs.iterator.flatMap { dir =>
       scala.util.Try(SinkRecord.read(fmOf(dir), dir)).toOption.flatten.map(_ -> dir)
-    }.nextOption()
+    }.firstOption
     val interval = chooseInterval(spark, dirs, record, compactInterval)
 
     val problems = mutable.ArrayBuffer.empty[String]

@@ -76,7 +76,7 @@ class FaultInjectionSuite extends SparkSessionTestBase {
 
   private def metaDir(out: File) = new File(out, BatchTaggedFileStreamSinkLog.MetadataDir)
 
-  private val logFileName = "[0-9]+(\\.compact)?".r
+  private val logFileName = "[0-9]+(\\.compact)?"
 
   /**
    * The visible log files: every non-hidden name is a log file (`N` or `N.compact`) that parses
@@ -95,7 +95,7 @@ class FaultInjectionSuite extends SparkSessionTestBase {
       assert(Files.readAllLines(new File(metaDir(out), n).toPath).get(0) == CompactIndex.Header)
     }
     logs.foreach { n =>
-      assert(logFileName.matches(n), s"unexpected file $n in _spark_metadata: $names")
+      assert(n.matches(logFileName), s"unexpected file $n in _spark_metadata: $names")
       val lines = Files.readAllLines(new File(metaDir(out), n).toPath).asScala
       assert(lines.head == LogFormat.Header, s"$n has header ${lines.head}")
       lines.tail.foreach(LogFormat.decode) // throws on a truncated or malformed line
