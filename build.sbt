@@ -1,14 +1,23 @@
-// batchlog build. Spark 4.3.0 is not published to Maven Central; its jars ship inside
-// pyspark==4.3.0 on PyPI, which dev/setup installs into .venv. We compile and test against
-// exactly those jars (the Spark the Python tests run), as a provided dependency: they are on
-// the compile and test class paths and never packaged. Override with SPARK_JARS_DIR.
+// batchlog build: one jar per Spark line of project/spark-lines.tsv, from one source tree.
+// BATCHLOG_SPARK_LINE selects the row (`4.0`, `3.5_2.13`; default: the primary line, 4.3). Spark is
+// a provided dependency: on the compile and test class paths, never packaged. Lines whose Spark is
+// not on Maven Central (4.3.0, 4.2.1, ...) compile and test against the jars their pyspark wheel
+// ships (the Spark the Python tests run): `.venv` for the primary line, `.lines/<spark>/venv` for
+// the others (dev/line installs it); SPARK_JARS_DIR overrides. `maven` rows use spark-sql from
+// Maven Central (pyspark 3.5 ships only its Scala 2.12 build).
+
+lazy val line: SparkLine =
+  SparkLines.selected(file("project/spark-lines.tsv"), sys.env.get("BATCHLOG_SPARK_LINE"))
 
 ThisBuild / organization := "io.batchlog"
 ThisBuild / version := "0.1.0"
-// Must equal the scala-library pyspark 4.3.0 ships (jars/scala-library-2.13.18.jar).
-ThisBuild / scalaVersion := "2.13.18"
+// Must equal the scala-library the line's Spark ships.
+ThisBuild / scalaVersion := line.scala
 
-lazy val sparkJarsDir = settingKey[File]("Directory holding Spark 4.3.0's jars (pyspark/jars)")
+lazy val sparkJarsDir =
+  settingKey[Option[File]](
+    "Directory holding the line's Spark jars (pyspark/jars), for pyspark rows"
+  )
 
 /** Spark's own JVM flags for Java 17 (org.apache.spark.launcher.JavaModuleOptions). */
 lazy val sparkJavaOptions = Seq(
@@ -36,8 +45,33 @@ lazy val copyJarToPython = taskKey[File]("Copies the built jar into python/batch
 lazy val copyTestkitJar =
   taskKey[File]("Copies the test kit's jar to tests/jars/batchlog-testkit.jar (pytest uses it)")
 
-lazy val scalaOptions =
-  Seq("-deprecation", "-feature", "-unchecked", "-release:17", "-Wunused:imports")
+lazy val packageLine =
+  taskKey[File](
+    "Copies the line's jar to dist/jars/batchlog-spark-<line>_<scala>.jar (dev/package)"
+  )
+
+/**
+ * Compiler flags: bytecode for the line's Java release; the unused-import lint each Scala names.
+ */
+lazy val scalaOptions = Seq("-deprecation", "-feature", "-unchecked", s"-release:${line.java}") ++
+  (if (line.scalaBinary == "2.12") Seq("-Ywarn-unused:imports") else Seq("-Wunused:imports"))
+
+/**
+ * Spark on the class path: the pyspark wheel's jars, or spark-sql from Maven Central. Provided
+ * either way, and so is scala-library: the published POM names no dependency Spark already has, so
+ * `spark-submit --packages` adds only our jar.
+ */
+lazy val sparkDependency = Seq(
+  autoScalaLibrary := false,
+  libraryDependencies += "org.scala-lang" % "scala-library" % scalaVersion.value % Provided,
+  libraryDependencies ++= (if (line.jars == "maven")
+                             Seq("org.apache.spark" %% "spark-sql" % line.spark % Provided)
+                           else Nil),
+  javacOptions ++= Seq("--release", line.java.toString),
+  scalacOptions ++= scalaOptions,
+  // Each line compiles into its own folder: switching lines never recompiles another's classes.
+  target := baseDirectory.value / "target" / line.id
+)
 
 /** Forked ScalaTest runs with a local Spark, as the Python tests do. */
 lazy val sparkTestSettings = Seq(
@@ -49,41 +83,75 @@ lazy val sparkTestSettings = Seq(
 )
 
 /**
- * The Spark internal layout the build targets: `4.1` (Spark 4.1, 4.2, 4.3: streaming internals in
- * `runtime`/`sinks`/`checkpointing`). Its shim, `jvm/src/main/spark-<layout>/`, names those
- * internals once (package `io.batchlog.shim`); the rest of the code compiles against any layout.
+ * The Spark internal layout the line has: `4.1` (Spark 4.1+: streaming internals in
+ * `runtime`/`sinks`/`checkpointing`) or `3.5` (3.5, 4.0: the flat `streaming` package). Its shim,
+ * `jvm/src/main/spark-<layout>/`, names those internals once (package `io.batchlog.shim`); the rest
+ * of the code compiles against every layout.
  */
 lazy val sparkLayout = settingKey[String]("Spark's internal layout: the shim directory to compile")
 
 lazy val batchlog = (project in file("jvm"))
   .settings(
-    name := "batchlog",
-    sparkLayout := sys.env.getOrElse("BATCHLOG_SPARK_LAYOUT", "4.1"),
+    name := s"batchlog-spark-${line.line}",
+    moduleName := name.value, // keep the dot: batchlog-spark-4.3_2.13, not 4-3
+    sparkLayout := line.layout,
     Compile / unmanagedSourceDirectories +=
       baseDirectory.value / "src" / "main" / s"spark-${sparkLayout.value}",
     Test / unmanagedSourceDirectories +=
       baseDirectory.value / "src" / "test" / s"spark-${sparkLayout.value}",
     sparkJarsDir := {
-      sys.env.get("SPARK_JARS_DIR").map(file).getOrElse {
-        val found = ((baseDirectory
-          .value / ".." / ".venv" / "lib") * "python3*" / "site-packages" / "pyspark" / "jars").get
-        found.headOption.getOrElse(
-          sys.error(
-            "Spark 4.3.0 jars not found: run dev/setup (installs pyspark==4.3.0 into .venv) or set SPARK_JARS_DIR"
-          )
-        )
-      }
+      val root = (ThisBuild / baseDirectory).value
+      if (line.jars == "maven") None
+      else
+        Some(sys.env.get("SPARK_JARS_DIR").map(file).getOrElse {
+          val venv = if (line.primary) root / ".venv" else root / ".lines" / line.spark / "venv"
+          ((venv / "lib") * "python3*" / "site-packages" / "pyspark" / "jars").get.headOption
+            .getOrElse(
+              sys.error(
+                s"Spark ${line.spark} jars not found under $venv: run " +
+                  (if (line.primary) "dev/setup" else s"dev/line ${line.id} setup") +
+                  " (installs pyspark==" + line.spark + ") or set SPARK_JARS_DIR"
+              )
+            )
+        })
     },
-    Compile / unmanagedJars ++= (sparkJarsDir.value * "*.jar").classpath,
-    scalacOptions ++= scalaOptions,
-    javacOptions ++= Seq("--release", "17"),
+    Compile / unmanagedJars ++= sparkJarsDir.value.toSeq.flatMap(d => (d * "*.jar").classpath),
+    sparkDependency,
+    // What the jar was built for; BatchLogBuild checks it against the running Spark.
+    Compile / resourceGenerators += Def.task {
+      val out = (Compile / resourceManaged).value / "io" / "batchlog" / "build.properties"
+      IO.write(
+        out,
+        s"""version=${version.value}
+           |sparkLine=${line.line}
+           |spark=${line.spark}
+           |scala=${line.scala}
+           |""".stripMargin
+      )
+      Seq(out)
+    }.taskValue,
+    // The Maven coordinates io.batchlog:batchlog-spark-<line>_<scala>:<version>, published to a
+    // Maven repository folder (dist/maven) that spark-submit --packages --repositories file://...
+    // reads. No Scaladoc jar: the repository is local, not Maven Central.
+    publishTo := Some(MavenCache(
+      "batchlog-dist",
+      (ThisBuild / baseDirectory).value / "dist" / "maven"
+    )),
+    Compile / packageDoc / publishArtifact := false,
     sparkTestSettings,
     run / fork := true,
     run / javaOptions ++= sparkJavaOptions,
     // The Python package ships the jar; `batchlog.jar_path()` finds it there.
     copyJarToPython := {
       val jar = (Compile / packageBin).value
-      val dest = baseDirectory.value / ".." / "python" / "batchlog" / "jars" / "batchlog.jar"
+      val dest =
+        baseDirectory.value / ".." / "python" / "batchlog" / "jars" / s"${line.artifact}.jar"
+      IO.copyFile(jar, dest)
+      dest
+    },
+    packageLine := {
+      val jar = (Compile / packageBin).value
+      val dest = (ThisBuild / baseDirectory).value / "dist" / "jars" / s"${line.artifact}.jar"
       IO.copyFile(jar, dest)
       dest
     }
@@ -103,8 +171,7 @@ lazy val testkit = (project in file("jvm/testkit"))
       baseDirectory.value / "src" / "main" / s"spark-${(batchlog / sparkLayout).value}",
     publish / skip := true,
     Compile / unmanagedJars ++= (batchlog / Compile / unmanagedJars).value,
-    scalacOptions ++= scalaOptions,
-    javacOptions ++= Seq("--release", "17"),
+    sparkDependency,
     sparkTestSettings,
     // ProductJarSuite inspects the product jar as users get it.
     Test / javaOptions += s"-Dbatchlog.productJar=${(batchlog / Compile / packageBin).value}",
@@ -123,7 +190,7 @@ lazy val bench = (project in file("bench"))
     name := "batchlog-bench",
     publish / skip := true,
     Compile / unmanagedJars ++= (batchlog / Compile / unmanagedJars).value,
-    scalacOptions ++= Seq("-deprecation", "-feature", "-release:17")
+    sparkDependency
   )
 
 lazy val root = (project in file("."))

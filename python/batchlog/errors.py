@@ -97,6 +97,12 @@ class BatchOutOfOrderError(BatchLogError):
     code = "BATCH_OUT_OF_ORDER"
 
 
+class UnsupportedSparkVersionError(BatchLogError):
+    """The batchlog jar was built for another Spark line or Scala version than the one running."""
+
+    code = "UNSUPPORTED_SPARK_VERSION"
+
+
 def _all_errors(cls: type[BatchLogError]) -> list[type[BatchLogError]]:
     return [c for sub in cls.__subclasses__() for c in (sub, *_all_errors(sub))]
 

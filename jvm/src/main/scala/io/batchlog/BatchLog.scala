@@ -100,5 +100,8 @@ object BatchLog {
    * The sink whose output directory is `path` (the one holding `_spark_metadata`). Nothing is read
    * until a method is called: `repair` works where `_spark_metadata` is gone.
    */
-  def forPath(spark: SparkSession, path: String): BatchLog = new BatchLog(spark, path)
+  def forPath(spark: SparkSession, path: String): BatchLog = {
+    BuildInfo.requireMatchingSpark()
+    new BatchLog(spark, path)
+  }
 }

@@ -48,6 +48,7 @@ object BatchLogException {
   val SinkOwnedByOtherQuery = "SINK_OWNED_BY_OTHER_QUERY"
   val SinkChangedWhileWriting = "SINK_CHANGED_WHILE_WRITING"
   val BatchOutOfOrder = "BATCH_OUT_OF_ORDER"
+  val UnsupportedSpark = "UNSUPPORTED_SPARK_VERSION"
 
   /** Every error code; Python's `batchlog.errors` has one exception class per code (tested). */
   val Codes: Seq[String] = Seq(
@@ -64,7 +65,8 @@ object BatchLogException {
     WriterActive,
     SinkOwnedByOtherQuery,
     SinkChangedWhileWriting,
-    BatchOutOfOrder
+    BatchOutOfOrder,
+    UnsupportedSpark
   )
 
   def notASink(path: String): BatchLogException = new BatchLogException(

@@ -37,6 +37,10 @@ import io.batchlog.log.{BatchTaggedFileStreamSinkLog, DataFileNaming, SinkLogEnt
 class BatchTaggedCommitProtocol(jobId: String, path: String)
     extends ManifestFileCommitProtocol(jobId, path) {
 
+  // Spark builds the committer on the driver for each batch: refuse a jar of another Spark line
+  // here, before Spark's own log could take over (see BuildInfo).
+  BuildInfo.requireMatchingSpark()
+
   @transient private var sinkLog: BatchTaggedFileStreamSinkLog = _
   @transient private var guard: WriterGuard = _
   private var batchId: Long = -1L

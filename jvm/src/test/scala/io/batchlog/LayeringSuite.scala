@@ -12,7 +12,8 @@ import org.scalatest.funsuite.AnyFunSuite
  * The layers of `io.batchlog` point one way: a file may use its own layer and those below it, never
  * one above. From the bottom:
  *
- * 0. foundation: `BatchLogConf`, `BatchLogException` (every key and every error, defined once);
+ * 0. foundation: `BatchLogConf`, `BatchLogException` (every key and every error, defined once),
+ * `Compat` (what Java 8 and Scala 2.12 lack);
  *   1. the log format and what reads it: `log/` (entries, log files, compact index, lineage proof,
  *      truncation, layout, data file naming, the JSON records beside the log), `checkpoint/`
  *      (reading a query checkpoint); 2. the commit path: `commit/` (the writer guard),
@@ -32,7 +33,8 @@ class LayeringSuite extends AnyFunSuite {
     .map(new File(_)).find(_.isDirectory).getOrElse(fail("io/batchlog main sources not found"))
 
   private def layerOf(rel: String): Int = rel match {
-    case "BatchLogConf.scala" | "BatchLogException.scala" => 0
+    case "BatchLogConf.scala" | "BatchLogException.scala" | "Compat.scala" |
+        "BuildInfo.scala" => 0
     case r if r.startsWith("log/") || r.startsWith("checkpoint/") => 1
     case r if r.startsWith("commit/") || r == "BatchTaggedCommitProtocol.scala" => 2
     case r if r.startsWith("ops/") => 3
@@ -42,7 +44,7 @@ class LayeringSuite extends AnyFunSuite {
 
   /** The layer a reference `io.batchlog.<rest>` points at. */
   private def layerOfRef(rest: String): Int = rest.split('.').head match {
-    case "BatchLogConf" | "BatchLogException" | "shim" => 0
+    case "BatchLogConf" | "BatchLogException" | "Compat" | "BuildInfo" | "shim" => 0
     case "log" | "checkpoint" => 1
     case "commit" | "BatchTaggedCommitProtocol" => 2
     case "ops" => 3

@@ -13,7 +13,7 @@ import io.batchlog.shim.CompactibleFileStreamLog
 import io.batchlog.shim.CompactibleFileStreamLog._
 import io.batchlog.shim.FileStreamSinkLog
 
-import io.batchlog.{BatchLogConf, BatchLogException}
+import io.batchlog.{BatchLogConf, BatchLogException, BuildInfo}
 
 /**
  * A file-sink metadata log whose every line, in batch files and compact files, carries the
@@ -48,6 +48,8 @@ class BatchTaggedFileStreamSinkLog(
 ) extends CompactibleFileStreamLog[SinkLogEntry](LogFormat.Version, sparkSession, path)
     with CompactIndexReads
     with StreamingCompaction {
+
+  BuildInfo.requireMatchingSpark()
 
   private val settings = BatchLogConf.sinkLogSettings(sparkSession)
 
