@@ -11,6 +11,7 @@ lazy val line: SparkLine =
 
 ThisBuild / organization := "io.batchlog"
 ThisBuild / version := "0.1.0"
+ThisBuild / versionScheme := Some("early-semver")
 // Must equal the scala-library the line's Spark ships.
 ThisBuild / scalaVersion := line.scala
 
@@ -53,8 +54,9 @@ lazy val packageLine =
 /**
  * Compiler flags: bytecode for the line's Java release; the unused-import lint each Scala names.
  */
-lazy val scalaOptions = Seq("-deprecation", "-feature", "-unchecked", s"-release:${line.java}") ++
-  (if (line.scalaBinary == "2.12") Seq("-Ywarn-unused:imports") else Seq("-Wunused:imports"))
+lazy val scalaOptions =
+  Seq("-deprecation", "-feature", "-unchecked", "-release", line.java.toString) ++
+    (if (line.scalaBinary == "2.12") Seq("-Ywarn-unused:imports") else Seq("-Wunused:imports"))
 
 /**
  * Spark on the class path: the pyspark wheel's jars, or spark-sql from Maven Central. Provided

@@ -1,12 +1,20 @@
-"""End-to-end check of one Spark line, run by ``dev/line <line> smoke`` in a fresh virtualenv that
+"""The feature tour of one Spark line, run by ``dev/line <line> smoke`` in a fresh virtualenv that
 holds only pyspark and the batchlog wheel (run from outside the checkout, so ``import batchlog`` is
 the installed wheel and ``batchlog.configure`` picks its jar for the installed pyspark).
 
-A real streaming query (file source, one input file per micro-batch, partitioned parquet sink)
-through the plugin with ``compactInterval`` 3: seven batches, compactions at batches 2 and 5,
-``SinkLog.files(b)`` for every batch, then a rewind to batch 4 with the checkpoint, a restart of
-the same query (batches 4..6 run again from the same input), and the output read back by plain
-Spark in a second process that has no batchlog jar. Every check compares exact rows or names.
+Every step uses real queries and files and asserts exact rows, names or counts:
+
+1. a stateful streaming query (file source, one input file per micro-batch, ``dropDuplicates``,
+   partitioned parquet sink) through the plugin, ``compactInterval`` 3: seven batches, compactions
+   at 2 and 5; ``files(b)``, ``batch_of``, ``entries``, read by batch; ``verify``;
+2. a rewind to batch 4 with the checkpoint and its state, and the same query rerun: batches 4..6
+   run again and their rows are all back (with the state not rewound, dropDuplicates would drop
+   them), read back by plain Spark in a process without the batchlog jar;
+3. ``vacuum`` deletes a leftover data file the log does not list; a second query on the sink is
+   refused, ``takeover`` hands the sink to it, and it runs; ``repair`` rebuilds a deleted
+   ``_spark_metadata`` from the batch-tagged file names; ``adopt`` tags the log of a sink plain
+   Spark wrote;
+4. the installed ``batchlog`` command: ``files``, ``verify``, ``inspect``.
 
     python line_smoke.py WORKDIR        prints "LINE-SMOKE OK <details>" and exits 0, else fails
 """
@@ -15,39 +23,65 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
+import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 BATCHES = 7
 REWIND_TO = 4
 COMPACT_INTERVAL = 3
+COMMIT_KEY = "spark.sql.streaming.commitProtocolClass"
+T = TypeVar("T")
+Row = tuple[int, str, int]
+
+
+def step(name: str, fn: Callable[[], T]) -> T:
+    """Runs one step of the tour and prints how long it took."""
+    t0 = time.monotonic()
+    result = fn()
+    print(f"[smoke] {name}: ok ({time.monotonic() - t0:.1f} s)", flush=True)
+    return result
 
 
 def rows_of(batch: int) -> list[dict[str, Any]]:
     """Input rows of one micro-batch: ids unique across batches, two countries."""
-    return [{"id": batch * 100 + i, "country": "NL" if i % 2 else "FR", "batch": batch} for i in range(3)]
+    return [
+        {"id": batch * 100 + i, "country": "NL" if i % 2 else "FR", "batch": batch}
+        for i in range(3)
+    ]
 
 
-def drop_inputs(inbox: Path) -> None:
+def expected(batches: range) -> list[Row]:
+    return sorted((r["id"], r["country"], r["batch"]) for b in batches for r in rows_of(b))
+
+
+def drop_inputs(inbox: Path, batches: range) -> None:
     """One JSON-lines file per batch, modification times in batch order (the source's order)."""
-    inbox.mkdir(parents=True)
+    inbox.mkdir(parents=True, exist_ok=True)
     base = int(time.time()) - 3600
-    for b in range(BATCHES):
+    for b in batches:
         f = inbox / f"events-{b:03d}.json"
         f.write_text("".join(json.dumps(r) + "\n" for r in rows_of(b)))
         os.utime(f, (base + b, base + b))
 
 
-def run_query(spark: Any, inbox: Path, out: Path, chk: Path) -> list[int]:
-    """Runs the query until the input is consumed (availableNow); returns the batch ids it ran."""
+def run_query(spark: Any, inbox: Path, out: Path, chk: Path, stateful: bool = True) -> list[int]:
+    """Runs the query until its input is consumed (availableNow); returns its batch ids.
+
+    Stateful: ``dropDuplicates`` on ``id`` (the state a rewind must roll back).
+    """
     events = (
         spark.readStream.schema("id LONG, country STRING, batch LONG")
         .option("maxFilesPerTrigger", 1)
         .json(str(inbox))
     )
+    if stateful:
+        events = events.dropDuplicates(["id"])
     query = (
         events.writeStream.format("parquet")
         .option("checkpointLocation", str(chk))
@@ -55,12 +89,19 @@ def run_query(spark: Any, inbox: Path, out: Path, chk: Path) -> list[int]:
         .trigger(availableNow=True)
         .start(str(out))
     )
-    query.awaitTermination(600)
+    try:
+        query.awaitTermination(600)
+    except Exception as e:  # StreamingQueryException: the query failed
+        raise AssertionError(f"the query failed: {e}") from e
     if query.isActive:
         query.stop()
         raise AssertionError("the query did not finish in 600 s")
     if query.exception() is not None:
         raise AssertionError(f"the query failed: {query.exception()}")
+    lease = out / "_spark_metadata" / "batchlog-lease.json"
+    deadline = time.monotonic() + 60
+    while lease.exists() and time.monotonic() < deadline:  # goes as the query's thread ends
+        time.sleep(0.05)
     return [int(p["batchId"]) for p in query.recentProgress]
 
 
@@ -80,7 +121,7 @@ print("PLAIN " + json.dumps({"jars": jars, "loadable": loadable, "rows": rows}))
 """
 
 
-def read_plain(out: Path) -> list[tuple[int, str, int]]:
+def read_plain(out: Path) -> list[Row]:
     """The sink's rows as plain Spark reads them, in a process without the batchlog jar."""
     env = {k: v for k, v in os.environ.items() if k not in ("BATCHLOG_JAR", "PYSPARK_SUBMIT_ARGS")}
     proc = subprocess.run(
@@ -94,20 +135,29 @@ def read_plain(out: Path) -> list[tuple[int, str, int]]:
     [line] = [ln for ln in proc.stdout.splitlines() if ln.startswith("PLAIN ")]
     result = json.loads(line[len("PLAIN ") :])
     assert result["jars"] == "" and result["loadable"] is False, result
-    return [tuple(r) for r in result["rows"]]
+    return [(int(i), str(c), int(b)) for i, c, b in result["rows"]]
 
 
-def expected(batches: range) -> list[tuple[int, str, int]]:
-    return sorted((r["id"], r["country"], r["batch"]) for b in batches for r in rows_of(b))
+def cli(*args: str) -> str:
+    """The installed ``batchlog`` command (the wheel's console script) run with ``args``."""
+    exe = Path(sys.executable).parent / "batchlog"
+    proc = subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, f"batchlog {' '.join(args)}:\n{proc.stdout}\n{proc.stderr[-4000:]}"
+    return proc.stdout
 
 
 def log_names(out: Path) -> list[str]:
     meta = out / "_spark_metadata"
-    return sorted((p.name for p in meta.iterdir() if not p.name.startswith(".")), key=_log_order)
+    names = [p.name for p in meta.iterdir() if p.name[0].isdigit() and "index" not in p.name]
+    return sorted(names, key=lambda n: (int(n.split(".")[0]), n))
 
 
-def _log_order(name: str) -> tuple[int, str]:
-    return int(name.split(".")[0]), name
+def data_files(out: Path) -> list[Path]:
+    return sorted(p for p in out.glob("country=*/*.parquet"))
+
+
+def local(uri: str) -> Path:
+    return Path(uri.removeprefix("file:"))
 
 
 def main(workdir: Path) -> None:
@@ -118,40 +168,125 @@ def main(workdir: Path) -> None:
     jar = batchlog.jar_path()
     assert "site-packages" in jar, f"batchlog must come from the installed wheel, not {jar}"
     inbox, out, chk = workdir / "in", workdir / "out", workdir / "chk"
-    drop_inputs(inbox)
+    drop_inputs(inbox, range(BATCHES))
     builder = (
         SparkSession.builder.master("local[2]")
         .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.shuffle.partitions", "1")  # one writing task: a file per country
         .config("spark.sql.streaming.fileSink.log.compactInterval", str(COMPACT_INTERVAL))
     )
     spark = batchlog.configure(builder).getOrCreate()
-    try:
+    jvm = spark._jvm  # type: ignore[attr-defined]
+    java = jvm.java.lang.System.getProperty("java.version")
+    scala = jvm.scala.util.Properties.versionNumberString()
+
+    def query_and_reads() -> Any:
         assert run_query(spark, inbox, out, chk) == list(range(BATCHES))
-        names = log_names(out)
-        assert names == ["0", "1", "2.compact", "3", "4", "5.compact", "6"], names
+        assert log_names(out) == ["0", "1", "2.compact", "3", "4", "5.compact", "6"]
         log = batchlog.SinkLog(spark, str(out))
-        assert log.latest_batch() == BATCHES - 1
+        assert log.latest_batch() == BATCHES - 1 and log.batches() == list(range(BATCHES))
         for b in range(BATCHES):
             files = log.files(b)
             assert len(files) == 2 and all(f"-batch-{b}-" in f for f in files), (b, files)
             assert all(log.batch_of(f) == b for f in files)
-        rows_5 = spark.read.parquet(*log.files(5)).collect()
+        by_batch = log.entries().groupBy("batchId").count().collect()
+        assert sorted((r["batchId"], r["count"]) for r in by_batch) == [
+            (b, 2) for b in range(BATCHES)
+        ]
+        rows_5 = batchlog.read(spark, str(out), "parquet", from_batch=5, to_batch=5).collect()
         assert sorted(r["id"] for r in rows_5) == [500, 501, 502]
+        assert batchlog.verify(spark, str(out)).healthy
+        return log
 
+    log = step("stateful query, compaction, files/batch_of/entries, read by batch", query_and_reads)
+
+    def rewind_and_rerun() -> None:
         report = batchlog.rewind(spark, str(out), str(chk), REWIND_TO, quiet=True)
         assert report.result is not None and report.result.data_files_deleted == 6, report
         assert log.latest_batch() == REWIND_TO - 1
         assert read_plain(out) == expected(range(REWIND_TO))
-
         assert run_query(spark, inbox, out, chk) == list(range(REWIND_TO, BATCHES))
         assert log.latest_batch() == BATCHES - 1
         assert read_plain(out) == expected(range(BATCHES))
-    finally:
-        spark.stop()
+
+    step("rewind to 4 (checkpoint and state) and rerun, plain read exact", rewind_and_rerun)
+    files_5 = sorted(log.files(5))
+
+    def vacuum() -> None:
+        assert batchlog.vacuum(spark, str(out), older_than="0s").orphan_files == 0
+        src = local(files_5[0])
+        leftover = src.with_name(f"part-00009-batch-2-{uuid.uuid4()}.c000.snappy.parquet")
+        shutil.copyfile(src, leftover)  # a failed task's file: on disk, not in the log
+        old = time.time() - 7200
+        os.utime(leftover, (old, old))
+        report = batchlog.vacuum(spark, str(out), older_than="1h", dry_run=False, quiet=True)
+        assert (report.orphan_files, report.deleted_files) == (1, 1), report
+        assert not leftover.exists()
+
+    step("vacuum deletes an unlisted leftover file", vacuum)
+
+    def takeover() -> None:
+        new_chk = workdir / "chk-new"
+        drop_inputs(inbox, range(BATCHES, BATCHES + 1))  # batch 7: past what the sink holds
+        # A second (stateless) query on the sink: the sink skips batches 0..6 (logged; a stateful
+        # query would then lack their state), and the writer guard refuses batch 7 before commit.
+        try:
+            run_query(spark, inbox, out, new_chk, stateful=False)
+            raise RuntimeError("a second query wrote a sink another query owns")
+        except AssertionError as e:
+            assert "cannot write batch 7" in str(e) and "written by another query" in str(e), e
+        assert log.latest_batch() == BATCHES - 1
+        report = batchlog.takeover(spark, str(out), str(new_chk))
+        assert report.done and report.sink_latest_batch == BATCHES - 1, report
+        # The new owner writes batch 7.
+        assert run_query(spark, inbox, out, new_chk, stateful=False) == [BATCHES]
+        assert log.latest_batch() == BATCHES
+        assert read_plain(out) == expected(range(BATCHES + 1))
+
+    step("a second query refused, takeover, the new owner runs", takeover)
+
+    def repair() -> None:
+        shutil.rmtree(out / "_spark_metadata")  # the damage: the whole log lost
+        report = batchlog.repair(spark, str(out), quiet=True)
+        assert report.written and report.data_files == 2 * (BATCHES + 1), report
+        assert batchlog.verify(spark, str(out)).healthy
+        assert sorted(batchlog.SinkLog(spark, str(out)).files(5)) == files_5
+        assert read_plain(out) == expected(range(BATCHES + 1))
+
+    step("repair rebuilds a deleted _spark_metadata", repair)
+
+    def adopt() -> None:
+        plain_out, plain_in = workdir / "plain-out", workdir / "plain-in"
+        drop_inputs(plain_in, range(4))
+        spark.conf.unset(COMMIT_KEY)  # plain Spark writes this sink
+        try:
+            ran = run_query(spark, plain_in, plain_out, workdir / "plain-chk", stateful=False)
+            assert ran == [0, 1, 2, 3]
+        finally:
+            spark.conf.set(COMMIT_KEY, batchlog.COMMIT_PROTOCOL_CLASS)
+        files = [f.as_uri() for f in data_files(plain_out)]
+        assert len(files) == 8 and not any("-batch-" in f for f in files)
+        report = batchlog.adopt(spark, str(plain_out), quiet=True)
+        assert (report.compact_files, report.compact_files_rewritten) == (1, 1), report
+        # 2.compact's 6 entries get their batches (batch file 3 is one batch by its name).
+        assert (report.entries_tagged, report.entries_untagged) == (6, 0), report
+        entries = batchlog.SinkLog(spark, str(plain_out)).entries().collect()
+        assert sorted(local(e["path"]).as_uri() for e in entries) == files
+        assert sorted(e["batchId"] for e in entries) == [0, 0, 1, 1, 2, 2, 3, 3]
+
+    step("adopt a sink plain Spark wrote", adopt)
+    spark.stop()
+
+    def commands() -> None:
+        assert sorted(cli("files", str(out), "--batch", "5").split()) == files_5
+        assert len(cli("files", str(out), "--batch", str(BATCHES)).split()) == 2
+        cli("verify", str(out))  # exits 0 only for a healthy sink
+        assert "compact" in cli("inspect", str(out))
+
+    step("batchlog files / verify / inspect", commands)
     print(
-        f"LINE-SMOKE OK pyspark {pyspark.__version__}, jar {Path(jar).name}: "
-        f"{BATCHES} batches, log {names}, rewind to {REWIND_TO} and rerun, plain read exact"
+        f"LINE-SMOKE OK pyspark {pyspark.__version__} (Scala {scala}, Java {java}), "
+        f"jar {Path(jar).name}"
     )
 
 
