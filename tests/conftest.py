@@ -2,7 +2,8 @@
 
 The suite tests *this checkout's* Python package (``<repo>/python`` goes first on ``sys.path``,
 whatever the virtualenv's editable install points at) and the jar built into it
-(``python/batchlog/jars/batchlog.jar``, ``dev/sbt copyJarToPython``).
+(``python/batchlog/jars/batchlog-spark-4.3_2.13.jar`` for the primary line, ``dev/sbt
+copyJarToPython``).
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ def batchlog_jar() -> str:
         pytest.fail(
             f"The batchlog jar is not built: {e}\n"
             f"Run `dev/sbt copyJarToPython` in {REPO} to build it into "
-            "python/batchlog/jars/batchlog.jar, then rerun the tests.",
+            "python/batchlog/jars/, then rerun the tests.",
             pytrace=False,
         )
     return jar

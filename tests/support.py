@@ -3,7 +3,8 @@ session with the batchlog jar, the test kit's jar, session confs set for a block
 for a condition (never a bare sleep) or a query, with a deadline.
 
 The suite tests *this checkout's* Python package and the jar built into it
-(``python/batchlog/jars/batchlog.jar``, ``dev/sbt copyJarToPython``), whatever the virtualenv's
+(``python/batchlog/jars/batchlog-spark-4.3_2.13.jar`` for the primary line, ``dev/sbt
+copyJarToPython``), whatever the virtualenv's
 editable install points at.
 """
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import batchlog
+import pyspark
 import pytest
 from batchlog.reports import BatchFiles, HorizonReport, SinkSummary
 from conftest import (
@@ -216,4 +217,6 @@ def test_module_under_test_is_this_checkout() -> None:
     assert Path(batchlog.__file__).parent == Path(__file__).resolve().parents[1] / "python" / (
         "batchlog"
     )
-    assert os.path.basename(batchlog.jar_path()) == "batchlog.jar"
+    # the jar for the installed pyspark's line, built from this checkout
+    line = ".".join(pyspark.__version__.split(".")[:2])
+    assert os.path.basename(batchlog.jar_path()) == f"batchlog-spark-{line}_2.13.jar"

@@ -245,7 +245,7 @@ def test_spark_submit_to_standalone_cluster(
     executor_logs = [(d / "stderr").read_text() for d in app_dirs[0].iterdir() if d.is_dir()]
     assert len(executor_logs) == 2
     assert any("Running task" in log for log in executor_logs)
-    assert all("batchlog.jar" in log for log in executor_logs)
+    assert all(os.path.basename(batchlog_jar) in log for log in executor_logs)
 
     # The log: per-batch files and compactions, every line tagged with its batch.
     meta = out / "_spark_metadata"

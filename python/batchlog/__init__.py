@@ -15,12 +15,10 @@ or on an existing one (the jar must already be on the class path)::
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 from pyspark.sql import SparkSession
 
 from batchlog import reports
+from batchlog._jars import jar_path
 from batchlog.errors import (
     BatchLogError,
     BatchOutOfOrderError,
@@ -36,6 +34,7 @@ from batchlog.errors import (
     SinkChangedWhileWritingError,
     SinkOwnedByOtherQueryError,
     UnsupportedCheckpointError,
+    UnsupportedSparkVersionError,
     WriterActiveError,
 )
 from batchlog.ops import (
@@ -74,6 +73,7 @@ __all__ = [
     "SinkLog",
     "SinkOwnedByOtherQueryError",
     "UnsupportedCheckpointError",
+    "UnsupportedSparkVersionError",
     "WriterActiveError",
     "adopt",
     "adopt_action",
@@ -101,20 +101,9 @@ COMMIT_PROTOCOL_CLASS = "io.batchlog.BatchTaggedCommitProtocol"
 COMMIT_PROTOCOL_KEY = "spark.sql.streaming.commitProtocolClass"
 
 
-def jar_path() -> str:
-    """The batchlog jar: ``$BATCHLOG_JAR`` if set, else the one shipped in this package."""
-    env = os.environ.get("BATCHLOG_JAR")
-    jar = Path(env) if env else Path(__file__).parent / "jars" / "batchlog.jar"
-    if not jar.is_file():
-        raise BatchLogError(
-            f"batchlog jar not found at {jar}. Build it with `dev/sbt copyJarToPython` "
-            "(from a source checkout) or set BATCHLOG_JAR to the jar's path."
-        )
-    return str(jar)
-
-
 def configure(builder: SparkSession.Builder) -> SparkSession.Builder:
-    """``builder`` with the batchlog jar added to ``spark.jars`` and the commit protocol set."""
+    """``builder`` with the batchlog jar for the installed pyspark (:func:`jar_path`) added to
+    ``spark.jars`` and the commit protocol set."""
     options = getattr(builder, "_options", {})
     jars = [j for j in str(options.get("spark.jars", "")).split(",") if j]
     jars.append(jar_path())

@@ -36,8 +36,8 @@ def batchlog_package(spark: SparkSession) -> Any:
     except Exception as e:  # py4j answers a missing class with a JavaPackage that fails on call
         raise BatchLogError(
             "the batchlog jar is not on this Spark driver's class path. Start Spark with "
-            "batchlog.configure(SparkSession.builder) or --jars <batchlog.jar> "
-            "(see batchlog.jar_path())."
+            "batchlog.configure(SparkSession.builder), or --jars batchlog.jar_path() (the jar for "
+            "this pyspark), or --packages io.batchlog:batchlog-spark-<line>_<scala>:<version>."
         ) from e
     return pkg
 

@@ -172,10 +172,12 @@ def main(workdir: Path) -> None:
     builder = (
         SparkSession.builder.master("local[2]")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "1")  # one writing task: a file per country
         .config("spark.sql.streaming.fileSink.log.compactInterval", str(COMPACT_INTERVAL))
     )
     spark = batchlog.configure(builder).getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
     jvm = spark._jvm  # type: ignore[attr-defined]
     java = jvm.java.lang.System.getProperty("java.version")
     scala = jvm.scala.util.Properties.versionNumberString()
