@@ -128,6 +128,7 @@ lazy val batchlog = (project in file("jvm"))
            |sparkLine=${line.line}
            |spark=${line.spark}
            |scala=${line.scala}
+           |java=${line.java}
            |""".stripMargin
       )
       Seq(out)

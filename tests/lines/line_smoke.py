@@ -14,9 +14,12 @@ Every step uses real queries and files and asserts exact rows, names or counts:
    refused, ``takeover`` hands the sink to it, and it runs; ``repair`` rebuilds a deleted
    ``_spark_metadata`` from the batch-tagged file names; ``adopt`` tags the log of a sink plain
    Spark wrote;
-4. the installed ``batchlog`` command: ``files``, ``verify``, ``inspect``.
+4. the installed ``batchlog`` command: ``files``, ``verify``, ``inspect``;
+5. ``spark-submit --packages io.batchlog:batchlog-spark-<line>_<scala>:<version>`` from the local
+   Maven repository the build published: Ivy fetches exactly that jar, and the app's sink is
+   batch-tagged.
 
-    python line_smoke.py WORKDIR        prints "LINE-SMOKE OK <details>" and exits 0, else fails
+    python line_smoke.py WORKDIR MAVEN_REPO     prints "LINE-SMOKE OK <details>", else fails
 """
 
 from __future__ import annotations
@@ -146,6 +149,55 @@ def cli(*args: str) -> str:
     return proc.stdout
 
 
+SUBMIT_APP = """
+import sys
+from pyspark.sql import SparkSession
+spark = SparkSession.builder.getOrCreate()
+inbox, out, chk = sys.argv[1:4]
+events = spark.readStream.schema("id LONG, country STRING, batch LONG") \\
+    .option("maxFilesPerTrigger", 1).json(inbox)
+q = events.writeStream.format("parquet").option("checkpointLocation", chk) \\
+    .trigger(availableNow=True).start(out)
+q.awaitTermination(600)
+assert q.exception() is None, q.exception()
+print("SUBMIT-APP batches", [int(p["batchId"]) for p in q.recentProgress])
+"""
+
+
+def submit_with_packages(maven_repo: Path, jar: str, workdir: Path) -> None:
+    """``spark-submit --packages`` with this line's Maven coordinates, from ``maven_repo``."""
+    import importlib.metadata
+
+    import pyspark
+
+    artifact = Path(jar).name.removesuffix(".jar")
+    coords = f"io.batchlog:{artifact}:{importlib.metadata.version('batchlog')}"
+    inbox, out, chk, ivy = (workdir / f"submit-{d}" for d in ("in", "out", "chk", "ivy"))
+    drop_inputs(inbox, range(2))
+    app = workdir / "submit_app.py"
+    app.write_text(SUBMIT_APP)
+    home = os.environ.get("SPARK_HOME") or str(Path(pyspark.__file__).parent)
+    cmd = [
+        str(Path(home) / "bin" / "spark-submit"),
+        "--master", "local[1]",
+        "--packages", coords,
+        "--repositories", maven_repo.resolve().as_uri(),
+        "--conf", f"spark.jars.ivy={ivy}",
+        "--conf", f"{COMMIT_KEY}=io.batchlog.BatchTaggedCommitProtocol",
+        "--conf", "spark.ui.enabled=false",
+        str(app), str(inbox), str(out), str(chk),
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, f"{coords}:\n{proc.stdout}\n{proc.stderr[-6000:]}"
+    assert "SUBMIT-APP batches [0, 1]" in proc.stdout, proc.stdout
+    assert sorted(p.name for p in (ivy / "jars").iterdir()) == [
+        f"io.batchlog_{artifact}-" + coords.rsplit(":", 1)[1] + ".jar"
+    ]
+    for name in ("0", "1"):
+        lines = (out / "_spark_metadata" / name).read_text().splitlines()[1:]
+        assert lines and all(f'"batchId":{name}' in ln for ln in lines), lines
+
+
 def log_names(out: Path) -> list[str]:
     meta = out / "_spark_metadata"
     names = [p.name for p in meta.iterdir() if p.name[0].isdigit() and "index" not in p.name]
@@ -160,7 +212,7 @@ def local(uri: str) -> Path:
     return Path(uri.removeprefix("file:"))
 
 
-def main(workdir: Path) -> None:
+def main(workdir: Path, maven_repo: Path) -> None:
     import batchlog
     import pyspark
     from pyspark.sql import SparkSession
@@ -286,6 +338,10 @@ def main(workdir: Path) -> None:
         assert "compact" in cli("inspect", str(out))
 
     step("batchlog files / verify / inspect", commands)
+    step(
+        f"spark-submit --packages {Path(jar).name.removesuffix('.jar')} from {maven_repo}",
+        lambda: submit_with_packages(maven_repo, jar, workdir),
+    )
     print(
         f"LINE-SMOKE OK pyspark {pyspark.__version__} (Scala {scala}, Java {java}), "
         f"jar {Path(jar).name}"
@@ -293,4 +349,4 @@ def main(workdir: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    main(Path(sys.argv[1]), Path(sys.argv[2]))

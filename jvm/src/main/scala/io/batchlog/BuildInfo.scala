@@ -33,6 +33,9 @@ object BuildInfo {
   /** The Scala binary version (`2.13`) this jar is built for. */
   def scalaBinary: String = binary(props.getProperty("scala", "unknown"))
 
+  /** The Java release its bytecode targets (8 for Spark 3.5, which still runs on Java 8). */
+  def javaRelease: Int = props.getProperty("java", "0").toInt
+
   /** The artifact this jar is: `batchlog-spark-<line>_<scala>`. */
   def artifact: String = s"batchlog-spark-${sparkLine}_$scalaBinary"
 

@@ -15,6 +15,20 @@ class BuildInfoSuite extends AnyFunSuite {
     BuildInfo.requireMatchingSpark() // the running Spark is the built one
   }
 
+  test("the classes are bytecode for the line's Java release (Java 8 for Spark 3.5)") {
+    val expected = Map(8 -> 52, 11 -> 55, 17 -> 61)(BuildInfo.javaRelease)
+    Seq(BuildInfo.getClass, classOf[BatchTaggedCommitProtocol], classOf[log.CompactIndex])
+      .foreach { c =>
+        val in = c.getResourceAsStream("/" + c.getName.replace('.', '/') + ".class")
+        val bytes =
+          try Compat.readAllBytes(in)
+          finally in.close()
+        val major = ((bytes(6) & 0xff) << 8) | (bytes(7) & 0xff)
+        assert(major === expected, c.getName)
+      }
+    if (BuildInfo.sparkLine == "3.5") assert(BuildInfo.javaRelease === 8)
+  }
+
   test("another patch release of the line fits; another line or Scala does not") {
     val scala = s"${BuildInfo.scalaBinary}.99"
     assert(BuildInfo.mismatch(s"${BuildInfo.sparkLine}.99", scala) === None)
