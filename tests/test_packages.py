@@ -7,6 +7,7 @@ from __future__ import annotations
 import filecmp
 import os
 import subprocess
+import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -71,6 +72,8 @@ def test_spark_submit_packages_from_local_maven_repo(spark: SparkSession, tmp_pa
         for k, v in os.environ.items()
         if k not in ("PYTHONPATH", "BATCHLOG_JAR", "PYSPARK_SUBMIT_ARGS", "SPARK_CONF_DIR")
     }
+    # spark-submit runs a Python app on ``python3`` from PATH unless told: name this interpreter.
+    env.update(PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
     cmd = [
         str(SPARK_SUBMIT),
         "--master", "local[2]",

@@ -187,7 +187,10 @@ def submit_with_packages(maven_repo: Path, jar: str, workdir: Path) -> None:
         "--conf", "spark.ui.enabled=false",
         str(app), str(inbox), str(out), str(chk),
     ]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    # The app runs on this interpreter (the one with pyspark and batchlog), not on whatever
+    # ``python3`` is first on PATH: spark-submit's default when these are unset.
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, f"{coords}:\n{proc.stdout}\n{proc.stderr[-6000:]}"
     assert "SUBMIT-APP batches [0, 1]" in proc.stdout, proc.stdout
     assert sorted(p.name for p in (ivy / "jars").iterdir()) == [
