@@ -45,6 +45,21 @@ class LogFormatSuite extends SparkSessionTestBase {
     }
   }
 
+  test("pathOf cuts the path from a line's head exactly as decode reads it, or declines") {
+    for (p <- awkwardPaths; batch <- Seq(Some(7L), None)) {
+      val line = LogFormat.encode(
+        SinkLogEntry(p, 1L, isDir = false, 2L, 1, 3L, "add", batch)
+      )
+      // a path with a JSON escape in it (quote, backslash, control character) is left to decode
+      LogFormat.pathOf(line) match {
+        case Some(cut) => assert(cut === p && cut === LogFormat.decode(line).path, line)
+        case None => assert(p.exists(c => c == '"' || c == '\\' || c < ' '), line)
+      }
+    }
+    Seq("", "{}", "{\"size\":1,\"path\":\"x\"}", "{\"path\":\"", "{\"path\":\"\"}", "{\"path\":1}")
+      .foreach(l => assert(LogFormat.pathOf(l) === None, l))
+  }
+
   test("untagged lines are exactly what Spark writes, and Spark's lines decode untagged") {
     withTempDir { root =>
       val dir = metaDir(root)

@@ -5,7 +5,7 @@ import java.nio.charset.StandardCharsets.UTF_8
 
 import scala.collection.mutable
 
-import org.apache.hadoop.fs.FileStatus
+import org.apache.hadoop.fs.{FSDataInputStream, FileStatus}
 
 import org.apache.spark.internal.Logging
 import io.batchlog.shim.CompactibleFileStreamLog._
@@ -127,41 +127,83 @@ trait CompactIndexReads extends Logging { self: BatchTaggedFileStreamSinkLog =>
    */
   def foreachLiveEntryWhere(wanted: Option[Long] => Boolean)(fn: SinkLogEntry => Unit): Unit = {
     val now = System.currentTimeMillis()
-    val live = (e: SinkLogEntry) => if (shouldRetain(e, now)) fn(e)
+    foreachLiveLineWhere(wanted) { (line, batch, file, lineNo) =>
+      val e = decodeLine(line, file, lineNo)
+      if (shouldRetain(e, now)) fn(if (e.batchId == batch) e else e.copy(batchId = batch))
+    }
+  }
+
+  /**
+   * The logged paths of the live entries whose batch satisfies `wanted` (as
+   * [[foreachLiveEntryWhere]]), without decoding the lines batchlog wrote: a tagged line's path is
+   * cut from its head ([[LogFormat.pathOf]]). Any other line, and every line under an age retention
+   * (which needs each entry's time), is decoded.
+   */
+  def foreachLivePathWhere(wanted: Option[Long] => Boolean)(fn: String => Unit): Unit =
+    if (ageRetentionActive) foreachLiveEntryWhere(wanted)(e => fn(e.path))
+    else foreachLiveLineWhere(wanted) { (line, _, file, lineNo) =>
+      fn(LogFormat.pathOf(line).getOrElse(decodeLine(line, file, lineNo).path))
+    }
+
+  /**
+   * Calls `fn(line, batch, file, lineNo)` for every line of the live log files whose batch satisfies
+   * `wanted` (lineNo -1 inside a compact file, which is read by runs). A compact file is opened
+   * once and read through its index, one seek per wanted run, each run checked (its lines' batch,
+   * their count and the CRC32C of its bytes) before any of its lines is passed on. A mismatch means
+   * the index is stale: it is rebuilt, and only the runs not yet passed on are read from the new
+   * one.
+   */
+  private def foreachLiveLineWhere(wanted: Option[Long] => Boolean)(
+      fn: (String, Option[Long], String, Long) => Unit
+  ): Unit =
     liveLogBatchIds().foreach { id =>
+      val file = batchIdToPath(id).toString
       if (!isCompactionBatch(id, interval)) {
-        if (wanted(Some(id))) foreachEntryIn(id)(live)
+        if (wanted(Some(id))) foreachLineIn(id) { (line, lineNo) =>
+          fn(line, batchOfBatchFileLine(line, id, file, lineNo), file, lineNo)
+        }
       } else {
-        // Each run is checked as it is read (batch and count); a mismatch means the index is
-        // stale: it is rebuilt, and only the runs not yet passed on are read from the new one.
-        val done = mutable.HashSet.empty[(Option[Long], Long)]
+        val done = mutable.HashSet.empty[(Option[Long], Long)] // the runs passed on
+        val in = new CompactReader(id)
         def readAll(index: CompactIndex): Boolean =
-          index.runs.filter(r => wanted(r.batchId) && !done((r.batchId, r.offset))).forall { run =>
-            readRun(id, run) match {
-              case Some(entries) => entries.foreach(live); done += ((run.batchId, run.offset)); true
+          index.runs.iterator.filter(r => wanted(r.batchId) && !done((r.batchId, r.offset))).forall { run =>
+            in.run(run) match {
+              case Some(lines) =>
+                lines.foreach(fn(_, run.batchId, file, -1L)); done += ((run.batchId, run.offset)); true
               case None => false
             }
           }
-        if (!readAll(indexOf(id)) && !readAll(indexOf(id, rebuild = true))) {
-          throw BatchLogException.corruptLine(
-            batchIdToPath(id).toString,
-            -1,
-            "it changed while it was read"
-          )
-        }
+        try {
+          if (!readAll(indexOf(id)) && !readAll(indexOf(id, rebuild = true))) {
+            throw BatchLogException.corruptLine(file, -1, "it changed while it was read")
+          }
+        } finally in.close()
       }
     }
-  }
+
+  /** The batch of a line of batch file `logBatchId`: its tag read from its tail, else resolved. */
+  private def batchOfBatchFileLine(
+      line: String,
+      logBatchId: Long,
+      file: String,
+      lineNo: Long
+  ): Option[Long] =
+    LogFormat.taggedBatch(line).orElse(batchOf(decodeLine(line, file, lineNo), logBatchId))
 
   /** One live entry (the oldest), read without scanning the log; None if the log is empty. */
   def firstLiveEntry(): Option[SinkLogEntry] =
     liveLogBatchIds().iterator.flatMap { id =>
       if (isCompactionBatch(id, interval)) {
-        def first(index: CompactIndex) = index.runs.headOption.map(r => readRun(id, r))
-        (first(indexOf(id)) match {
-          case Some(None) => first(indexOf(id, rebuild = true)).flatten
-          case other => other.flatten
-        }).flatMap(_.headOption)
+        val in = new CompactReader(id)
+        def first(index: CompactIndex) = index.runs.headOption.map { r =>
+          in.run(r).map(_.map(l => decodeLine(l, in.file.toString, -1).copy(batchId = r.batchId)))
+        }
+        try {
+          (first(indexOf(id)) match {
+            case Some(None) => first(indexOf(id, rebuild = true)).flatten
+            case other => other.flatten
+          }).flatMap(_.headOption)
+        } finally in.close()
       } else {
         val buf = mutable.ArrayBuffer.empty[SinkLogEntry]
         foreachEntryIn(id)(buf += _)
@@ -170,37 +212,56 @@ trait CompactIndexReads extends Logging { self: BatchTaggedFileStreamSinkLog =>
     }.firstOption
 
   /**
-   * The entries of one run, or None if they do not match it (stale index): each line of the run's
-   * batch, `count` lines, and the CRC32C of the run's bytes.
+   * Reads runs of compact file `compactId`, opening it at the first run read and keeping it open
+   * (one open per file, not per run: a rewind reads hundreds of runs of one file).
    */
-  private def readRun(compactId: Long, run: IndexRun): Option[Seq[SinkLogEntry]] = {
+  final private class CompactReader(compactId: Long) {
     val file = batchIdToPath(compactId)
-    val in =
-      LogFiles.open(checkpointFileManager, file, s"the log needs it to read batch $compactId")
-    try {
-      in.seek(run.offset)
-      val checked = new java.util.zip.CheckedInputStream(
-        new CompactIndex.BoundedStream(in, run.length),
-        Compat.crc32c()
-      )
-      val r = new BufferedReader(new InputStreamReader(checked, UTF_8), 1 << 16)
-      if (r.read() != '\n') return None
-      val out = Seq.newBuilder[SinkLogEntry]
-      var n = 0L
-      var line = r.readLine()
-      while (line != null) {
-        val e = decodeLine(line, file.toString, -1)
-        val b = batchOf(e, compactId)
-        if (b != run.batchId) return None
-        out += e.copy(batchId = b)
-        n += 1
-        line = r.readLine()
+    private var opened: FSDataInputStream = _
+
+    private def in: FSDataInputStream = {
+      if (opened == null) {
+        opened = LogFiles.open(
+          checkpointFileManager,
+          file,
+          s"the log needs it to read batch $compactId"
+        )
       }
-      val bytesMatch = checked.getChecksum.getValue == run.crc
-      if (n == run.count && bytesMatch) Some(out.result()) else None
-    } catch {
-      case _: java.io.EOFException => None
-    } finally in.close()
+      opened
+    }
+
+    /**
+     * The lines of `run`, or None if they do not match it (stale index): each line of the run's
+     * batch, `count` lines, and the CRC32C of the run's bytes. A tagged line's batch is read from
+     * its tail; only other lines are decoded.
+     */
+    def run(run: IndexRun): Option[scala.collection.Seq[String]] =
+      try {
+        in.seek(run.offset)
+        val checked = new java.util.zip.CheckedInputStream(
+          new CompactIndex.BoundedStream(in, run.length),
+          Compat.crc32c()
+        )
+        val r = new BufferedReader(new InputStreamReader(checked, UTF_8), 1 << 16)
+        if (r.read() != '\n') return None
+        val out = new mutable.ArrayBuffer[String](math.min(run.count, 1L << 16).toInt)
+        var line = r.readLine()
+        while (line != null) {
+          val b = LogFormat.taggedBatch(line) match {
+            case tagged @ Some(_) => tagged
+            case None => batchOf(decodeLine(line, file.toString, -1), compactId)
+          }
+          if (b != run.batchId) return None
+          out += line
+          line = r.readLine()
+        }
+        val bytesMatch = checked.getChecksum.getValue == run.crc
+        if (out.length == run.count && bytesMatch) Some(out) else None
+      } catch {
+        case _: java.io.EOFException => None
+      }
+
+    def close(): Unit = if (opened != null) opened.close()
   }
 
 }

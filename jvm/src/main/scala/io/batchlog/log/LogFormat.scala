@@ -130,6 +130,21 @@ object LogFormat {
 
   def isTagged(line: String): Boolean = taggedBatch(line).isDefined
 
+  private val PathHead = "{\"path\":\""
+
+  /**
+   * The `path` of a line that starts with it (as [[encode]] and Spark write it) and holds no JSON
+   * escape in it, cut from the line's head without parsing the rest; None otherwise (decode it).
+   */
+  def pathOf(line: String): Option[String] =
+    if (!line.startsWith(PathHead)) None
+    else {
+      var i = PathHead.length
+      while (i < line.length && line.charAt(i) != '"' && line.charAt(i) != '\\') i += 1
+      if (i >= line.length || line.charAt(i) != '"' || i == PathHead.length) None
+      else Some(line.substring(PathHead.length, i))
+    }
+
   /**
    * Adds `"batchId":id` to an untagged line without re-serialising it: every Spark-written line is
    * one flat JSON object ending in `}`.

@@ -55,7 +55,7 @@ class SinkReader(spark: SparkSession, outputPath: String) {
   def files(batchId: Long): Array[String] = unchanged {
     if (batchId < 0) throw BatchLogException.invalidArgument("batch", batchId, "must be >= 0")
     val out = mutable.ArrayBuffer.empty[String]
-    log.foreachLiveEntryWhere(_.contains(batchId))(out += _.path)
+    log.foreachLivePathWhere(_.contains(batchId))(out += _)
     out.toArray
   }
 
@@ -68,10 +68,13 @@ class SinkReader(spark: SparkSession, outputPath: String) {
     var found: Option[Option[Long]] = None
     // A batch-tagged name says where to look; otherwise (or if it lies) scan the whole log.
     val hint = DataFileNaming.batchIdOf(wanted.getName)
+    // Equal paths end with the same raw (URI-encoded) name: only those are parsed and compared.
+    val rawPath = wanted.toUri.getRawPath
+    val rawName = rawPath.substring(rawPath.lastIndexOf('/'))
     hint.foreach { b =>
-      log.foreachLiveEntryWhere(_.contains(b))(e =>
-        if (entryPath(e) == wanted) found = Some(e.batchId)
-      )
+      log.foreachLivePathWhere(_.contains(b)) { p =>
+        if (p.endsWith(rawName) && SparkPath.fromUrlString(p).toPath == wanted) found = Some(Some(b))
+      }
     }
     if (found.isEmpty) log.foreachLiveEntry { e =>
       if (found.isEmpty && entryPath(e) == wanted) found = Some(e.batchId)
