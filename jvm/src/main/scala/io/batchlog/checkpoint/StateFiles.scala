@@ -1,8 +1,9 @@
 package io.batchlog.checkpoint
 
-import org.apache.hadoop.fs.{LocatedFileStatus, Path}
+import org.apache.hadoop.fs.{FileStatus, Path}
 
 import io.batchlog.BatchLogException
+import io.batchlog.log.FileTree
 
 /**
  * Which state store files a rewind to batch N removes. Batch N loads state version N and writes
@@ -37,7 +38,7 @@ object StateFiles {
       cp: QueryCheckpoint,
       toBatch: Long,
       provider: Option[String]
-  ): Seq[LocatedFileStatus] = {
+  ): Seq[FileStatus] = {
     if (!cp.fs.exists(cp.stateDir)) return Nil
     provider.filterNot(KnownProviders).foreach { p =>
       throw BatchLogException.unsupportedCheckpoint(
@@ -45,10 +46,8 @@ object StateFiles {
         s"its state store provider $p is unknown to batchlog"
       )
     }
-    val out = Seq.newBuilder[LocatedFileStatus]
-    val it = cp.fs.listFiles(cp.stateDir, true)
-    while (it.hasNext) {
-      val f = it.next()
+    val out = Seq.newBuilder[FileStatus]
+    FileTree.foreachFile(cp.fs, cp.stateDir) { f =>
       if (mustDelete(relative(cp.stateDir, f.getPath), toBatch)) out += f
     }
     out.result()

@@ -373,5 +373,11 @@ object CompactIndex {
     }
     override def flush(): Unit = out.flush()
     override def close(): Unit = out.close()
+
+    /**
+     * Bytes of a run copied whole from another compact file: counted, not checksummed (the run
+     * keeps its CRC, checked as it was read; the next run started resets `crc`).
+     */
+    def copied(b: Array[Byte], off: Int, len: Int): Unit = { out.write(b, off, len); count += len }
   }
 }

@@ -158,7 +158,7 @@ trait StreamingCompaction extends Logging { self: BatchTaggedFileStreamSinkLog =
             val n = in.read(buf, 0, math.min(left, buf.length.toLong).toInt)
             if (n < 0) throw new StaleRun(file, s"it ends inside the run at byte ${run.offset}")
             crc.update(buf, 0, n)
-            out.write(buf, 0, n)
+            out.copied(buf, 0, n)
             left -= n
           }
           if (crc.getValue != run.crc) {

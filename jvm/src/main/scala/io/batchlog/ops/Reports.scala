@@ -107,12 +107,16 @@ final case class RewindPlanSummary(
     offsetsToDelete: Seq[Long]
 )
 
-/** What a rewind did. */
+/**
+ * What a rewind did: `elapsedMs` for all of it, `dataFilesMs` of that for deleting the data files
+ * (in parallel; the rest is the log and checkpoint work, which grows with the batches rewound).
+ */
 final case class RewindResult(
     toBatch: Long,
     dataFilesDeleted: Long,
     dataBytes: Long,
-    elapsedMs: Long
+    elapsedMs: Long,
+    dataFilesMs: Long
 )
 
 /** A rewind's plan and, unless it was a dry run, its result. */

@@ -266,6 +266,7 @@ object Rewind {
       }
     }
     var deleted = 0L
+    val dataFilesStartNs = System.nanoTime()
     step("data-files") {
       deleted = ParallelDelete(
         plan.dataFiles.map(_.path),
@@ -274,6 +275,7 @@ object Rewind {
         new Progress("rewind: deleting data files", quiet)
       )
     }
+    val dataFilesMs = (System.nanoTime() - dataFilesStartNs) / 1000000
     step("sink-log") {
       val src = plan.sinkLog.rebuildFrom.getOrElse(-1L)
       val log = new BatchTaggedFileStreamSinkLog(spark, plan.metadataPath.toString)
@@ -301,7 +303,7 @@ object Rewind {
     }
     step("done")(RewindIntent.delete(sinkFm, plan.metadataPath))
     val ms = (System.nanoTime() - startNs) / 1000000
-    RewindResult(plan.toBatch, deleted, plan.dataFiles.map(_.size).sum, ms)
+    RewindResult(plan.toBatch, deleted, plan.dataFiles.map(_.size).sum, ms, dataFilesMs)
   }
 
   private def refuseIfActive(spark: SparkSession, sink: Path): Unit = {
