@@ -102,6 +102,22 @@ class BatchTaggedFileStreamSinkLog(
   }
 
   /**
+   * Spark's atomic write of a log file (behind `addNewBatchByStream`), through
+   * [[LogFiles.publish]]: the same temp file and atomic publish, without the processes Hadoop forks
+   * for it on a local disk. A file that appeared meanwhile was written by a second writer: Spark's
+   * error for that.
+   */
+  override protected def write(batchMetadataFile: Path, fn: OutputStream => Unit): Unit =
+    try LogFiles.publish(fileManager, batchMetadataFile, overwrite = false)(fn)
+    catch {
+      case e: org.apache.hadoop.fs.FileAlreadyExistsException =>
+        throw new java.util.ConcurrentModificationException(
+          s"Multiple streaming queries are concurrently using $metadataPath",
+          e
+        )
+    }
+
+  /**
    * Spark's `get` (also behind `getLatest`/`getRange`), reading through [[foreachLineIn]] so that
    * an error names the log file: `deserialize` only sees a stream. Missing file: `None`, as Spark.
    */

@@ -60,10 +60,20 @@ object LogFiles {
 
   /**
    * Writes `file` atomically (temp file + rename): readers see the old file or the whole new one,
-   * never a part, and a crash leaves no partial file. The one atomic write of batchlog's files (log
-   * files, compact indexes, the JSON records beside the log).
+   * never a part, and a crash leaves no partial file. With `overwrite` false an existing `file` is
+   * Hadoop's `FileAlreadyExistsException` and nothing changes. The one atomic write of batchlog's
+   * files (log files, compact indexes, the JSON records beside the log).
    */
   def publish(fm: CheckpointFileManager, file: Path, overwrite: Boolean)(
+      fn: java.io.OutputStream => Unit
+  ): Unit = {
+    // On the local disk, without forking processes (see LocalPublish); elsewhere, the manager's way.
+    if (LocalPublish.applies(fm, file))
+      LocalPublish.publish(file, overwrite)(fn)(viaManager(fm, file, overwrite))
+    else viaManager(fm, file, overwrite)(fn)
+  }
+
+  private def viaManager(fm: CheckpointFileManager, file: Path, overwrite: Boolean)(
       fn: java.io.OutputStream => Unit
   ): Unit = {
     val out = fm.createAtomic(file, overwriteIfPossible = overwrite)
