@@ -112,7 +112,8 @@ def rewind_plan(plan: RewindPlanSummary, dry_run: bool) -> None:
 
 def rewind_result(r: RewindResult) -> None:
     print(
-        f"\ndone: deleted {r.data_files_deleted} data files in {r.elapsed_ms / 1000:.1f} s. "
+        f"\ndone in {r.elapsed_ms / 1000:.1f} s (deleting {r.data_files_deleted} data files: "
+        f"{r.data_files_ms / 1000:.1f} s). "
         f"Restart the query with the same checkpoint to re-run batch {r.to_batch}."
     )
 

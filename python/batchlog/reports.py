@@ -240,6 +240,7 @@ class RewindResult(Report):
     data_files_deleted: int
     data_bytes: int
     elapsed_ms: int
+    data_files_ms: int
 
 
 @dataclasses.dataclass(frozen=True)

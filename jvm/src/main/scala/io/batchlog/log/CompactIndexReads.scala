@@ -5,7 +5,7 @@ import java.nio.charset.StandardCharsets.UTF_8
 
 import scala.collection.mutable
 
-import org.apache.hadoop.fs.{FSDataInputStream, FileStatus}
+import org.apache.hadoop.fs.{FileStatus, FSDataInputStream}
 
 import org.apache.spark.internal.Logging
 import io.batchlog.shim.CompactibleFileStreamLog._
@@ -112,6 +112,7 @@ trait CompactIndexReads extends Logging { self: BatchTaggedFileStreamSinkLog =>
     }
   }
 
+  /** The batch of a line of log file `logBatchId`: its tag read from its tail, else resolved. */
   private def batchOfLine(
       line: String,
       logBatchId: Long,
@@ -146,12 +147,12 @@ trait CompactIndexReads extends Logging { self: BatchTaggedFileStreamSinkLog =>
     }
 
   /**
-   * Calls `fn(line, batch, file, lineNo)` for every line of the live log files whose batch satisfies
-   * `wanted` (lineNo -1 inside a compact file, which is read by runs). A compact file is opened
-   * once and read through its index, one seek per wanted run, each run checked (its lines' batch,
-   * their count and the CRC32C of its bytes) before any of its lines is passed on. A mismatch means
-   * the index is stale: it is rebuilt, and only the runs not yet passed on are read from the new
-   * one.
+   * Calls `fn(line, batch, file, lineNo)` for every line of the live log files whose batch
+   * satisfies `wanted` (lineNo -1 inside a compact file, which is read by runs). A compact file is
+   * opened once and read through its index, one seek per wanted run, each run checked (its lines'
+   * batch, their count and the CRC32C of its bytes) before any of its lines is passed on. A
+   * mismatch means the index is stale: it is rebuilt, and only the runs not yet passed on are read
+   * from the new one.
    */
   private def foreachLiveLineWhere(wanted: Option[Long] => Boolean)(
       fn: (String, Option[Long], String, Long) => Unit
@@ -160,18 +161,20 @@ trait CompactIndexReads extends Logging { self: BatchTaggedFileStreamSinkLog =>
       val file = batchIdToPath(id).toString
       if (!isCompactionBatch(id, interval)) {
         if (wanted(Some(id))) foreachLineIn(id) { (line, lineNo) =>
-          fn(line, batchOfBatchFileLine(line, id, file, lineNo), file, lineNo)
+          fn(line, batchOfLine(line, id, file, lineNo), file, lineNo)
         }
       } else {
         val done = mutable.HashSet.empty[(Option[Long], Long)] // the runs passed on
         val in = new CompactReader(id)
         def readAll(index: CompactIndex): Boolean =
-          index.runs.iterator.filter(r => wanted(r.batchId) && !done((r.batchId, r.offset))).forall { run =>
-            in.run(run) match {
-              case Some(lines) =>
-                lines.foreach(fn(_, run.batchId, file, -1L)); done += ((run.batchId, run.offset)); true
-              case None => false
-            }
+          index.runs.iterator.filter(r => wanted(r.batchId) && !done((r.batchId, r.offset))).forall {
+            run =>
+              in.run(run) match {
+                case Some(lines) =>
+                  lines.foreach(fn(_, run.batchId, file, -1L)); done += ((run.batchId, run.offset));
+                  true
+                case None => false
+              }
           }
         try {
           if (!readAll(indexOf(id)) && !readAll(indexOf(id, rebuild = true))) {
@@ -180,15 +183,6 @@ trait CompactIndexReads extends Logging { self: BatchTaggedFileStreamSinkLog =>
         } finally in.close()
       }
     }
-
-  /** The batch of a line of batch file `logBatchId`: its tag read from its tail, else resolved. */
-  private def batchOfBatchFileLine(
-      line: String,
-      logBatchId: Long,
-      file: String,
-      lineNo: Long
-  ): Option[Long] =
-    LogFormat.taggedBatch(line).orElse(batchOf(decodeLine(line, file, lineNo), logBatchId))
 
   /** One live entry (the oldest), read without scanning the log; None if the log is empty. */
   def firstLiveEntry(): Option[SinkLogEntry] =
@@ -247,11 +241,7 @@ trait CompactIndexReads extends Logging { self: BatchTaggedFileStreamSinkLog =>
         val out = new mutable.ArrayBuffer[String](math.min(run.count, 1L << 16).toInt)
         var line = r.readLine()
         while (line != null) {
-          val b = LogFormat.taggedBatch(line) match {
-            case tagged @ Some(_) => tagged
-            case None => batchOf(decodeLine(line, file.toString, -1), compactId)
-          }
-          if (b != run.batchId) return None
+          if (batchOfLine(line, compactId, file.toString, -1) != run.batchId) return None
           out += line
           line = r.readLine()
         }

@@ -40,8 +40,12 @@ object FileTree {
     }
   }
 
-  private def walk(fs: FileSystem, dir: Path, skipDir: String => Boolean, fn: FileStatus => Unit)
-      : Unit = {
+  private def walk(
+      fs: FileSystem,
+      dir: Path,
+      skipDir: String => Boolean,
+      fn: FileStatus => Unit
+  ): Unit = {
     val it = fs.listStatusIterator(dir)
     val subdirs = Seq.newBuilder[Path]
     while (it.hasNext) {

@@ -73,7 +73,8 @@ class SinkReader(spark: SparkSession, outputPath: String) {
     val rawName = rawPath.substring(rawPath.lastIndexOf('/'))
     hint.foreach { b =>
       log.foreachLivePathWhere(_.contains(b)) { p =>
-        if (p.endsWith(rawName) && SparkPath.fromUrlString(p).toPath == wanted) found = Some(Some(b))
+        if (p.endsWith(rawName) && SparkPath.fromUrlString(p).toPath == wanted)
+          found = Some(Some(b))
       }
     }
     if (found.isEmpty) log.foreachLiveEntry { e =>
