@@ -10,7 +10,7 @@ import org.apache.hadoop.conf.Configuration
 import org.apache.hadoop.fs.{FileAlreadyExistsException, Path}
 
 import io.batchlog.shim.CheckpointFileManager
-import io.batchlog.log.LogFiles
+import io.batchlog.log.{BatchTaggedFileStreamSinkLog, LogFiles}
 
 /**
  * The atomic write of batchlog's files on the local disk, which bypasses Spark's `FileContext`
@@ -18,7 +18,8 @@ import io.batchlog.log.LogFiles
  * an existing file unless asked, never a partial file, no temp file left — and leave files that
  * Hadoop's checksummed local file system reads.
  */
-class LocalPublishSuite extends TempDirs {
+class LocalPublishSuite extends SparkSessionTestBase {
+  import TestLogs._
 
   private def manager(dir: File): CheckpointFileManager =
     CheckpointFileManager.create(new Path(dir.toURI), new Configuration())
@@ -116,6 +117,27 @@ class LocalPublishSuite extends TempDirs {
         assert(read(fm, f) === s"writer ${winners.head}")
       }
       assert(leftovers(dir, (1 to 20).map(_.toString): _*).isEmpty, dir.list().toSeq)
+    }
+  }
+
+  test(
+    "the log publishes the local way whether its path is bare or qualified, and Spark reads it"
+  ) {
+    withSQLConf(BatchLogConf.CompactIntervalKey -> "3") {
+      Seq(false, true).foreach { qualified =>
+        withTempDir { root =>
+          val dir = metaDir(root)
+          val log = new BatchTaggedFileStreamSinkLog(
+            spark,
+            if (qualified) dir.toURI.toString else dir.toString
+          )
+          (0L to 3L).foreach(b => assert(log.add(b, entriesOf(b))))
+          // Spark's manager leaves a .crc beside each file it writes; the local way leaves none
+          assert(dir.list().sorted.toSeq === Seq("0", "1", "2.compact", "2.compact.index", "3"))
+          assert(vanilla(dir).allFiles().map(_.path).toSet === (0L to 3L).flatMap(entriesOf(_))
+            .map(_.path).toSet)
+        }
+      }
     }
   }
 }

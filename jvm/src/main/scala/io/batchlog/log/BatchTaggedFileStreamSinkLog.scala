@@ -72,6 +72,13 @@ class BatchTaggedFileStreamSinkLog(
 
   def logFilePath(logBatchId: Long): Path = batchIdToPath(logBatchId)
 
+  /**
+   * Log file `N` / `N.compact`, qualified (`file:/...`, `hdfs://...`) even when the log was opened
+   * with a bare path, so that every write knows its file system ([[LogFiles.publish]]).
+   */
+  override def batchIdToPath(batchId: Long): Path =
+    metadataFs.makeQualified(super.batchIdToPath(batchId))
+
   /** The file manager of the log's directory (for batchlog's own records beside the log). */
   def checkpointFileManager: CheckpointFileManager = fileManager
 

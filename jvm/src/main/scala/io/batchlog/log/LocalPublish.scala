@@ -22,13 +22,14 @@ import io.batchlog.shim.CheckpointFileManager
  * one run of `bench/run log` at 100k entries).
  *
  * How, with the same guarantees: the temp file (a hidden name beside the target, as Spark's) is
- * written through Hadoop's `RawLocalFileSystem` without a permission to set (so no `chmod`; the
- * process umask applies, as for any file it creates), then published with one system call: a hard
- * link for a write that must not replace an existing file (fails atomically if the target exists,
- * as `createAtomic(overwriteIfPossible = false)` must), a rename for one that may. The published
- * file has no `.crc` side file (a stale one is removed first, so Hadoop never checks new bytes
- * against an old checksum); readers through Hadoop's checksummed local file system read a file
- * without one unchecked, and batchlog's compact files carry their own CRC32C per run.
+ * written as the plain local file `RawLocalFileSystem` maps the path to, without Hadoop setting its
+ * permission (that is the `chmod`; the process umask applies, as for any file a process creates),
+ * then published with one system call: a hard link for a write that must not replace an existing
+ * file (fails atomically if the target exists, as `createAtomic(overwriteIfPossible = false)`
+ * must), a rename for one that may. The published file has no `.crc` side file (a stale one is
+ * removed first, so Hadoop never checks new bytes against an old checksum); readers through
+ * Hadoop's checksummed local file system read a file without one unchecked, and batchlog's compact
+ * files carry their own CRC32C per run.
  *
  * Used only where it cannot change behaviour: a `file:` path whose manager is Spark's default
  * (`FileContextBasedCheckpointFileManager`). A manager set with
@@ -63,7 +64,9 @@ private[log] object LocalPublish {
     val tmp = new Path(file.getParent, s".${file.getName}.${UUID.randomUUID()}.tmp")
     val crc = new Path(file.getParent, s".${file.getName}.crc")
     try {
-      val out = raw.create(tmp, false, 1 << 16, 1.toShort, 32L << 20, null)
+      // RawLocalFileSystem.create sets the file's permission, which forks chmod: the temp file is
+      // its java.io.File opened directly (what RawLocalFileSystem does underneath, minus chmod).
+      val out = new java.io.BufferedOutputStream(new java.io.FileOutputStream(fileOf(tmp)), 1 << 16)
       try fn(out)
       finally out.close()
       raw.delete(crc, false)
