@@ -28,6 +28,25 @@ object Compat {
   /** Hadoop's pure-Java CRC32C (the Java 8 fallback of [[crc32c]]). */
   def pureJavaCrc32c(): Checksum = new org.apache.hadoop.util.PureJavaCrc32C()
 
+  private lazy val checksumOfBuffer: Option[java.lang.reflect.Method] =
+    Try(classOf[Checksum].getMethod("update", classOf[java.nio.ByteBuffer])).toOption
+
+  /**
+   * Updates `c` with the remaining bytes of `buf`, consuming them (Java 9's
+   * `Checksum.update(ByteBuffer)`, which reads a direct or mapped buffer without copying it; on
+   * Java 8 the bytes are copied to the heap in chunks).
+   */
+  def updateChecksum(c: Checksum, buf: java.nio.ByteBuffer): Unit = checksumOfBuffer match {
+    case Some(m) => m.invoke(c, buf)
+    case None =>
+      val chunk = new Array[Byte](math.min(buf.remaining, 1 << 16))
+      while (buf.hasRemaining) {
+        val n = math.min(chunk.length, buf.remaining)
+        buf.get(chunk, 0, n)
+        c.update(chunk, 0, n)
+      }
+  }
+
   /** All the bytes of `in` (Java 9's `InputStream.readAllBytes`); does not close it. */
   def readAllBytes(in: InputStream): Array[Byte] = {
     val out = new java.io.ByteArrayOutputStream()

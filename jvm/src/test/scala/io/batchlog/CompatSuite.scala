@@ -39,6 +39,25 @@ class CompatSuite extends AnyFunSuite {
     }
   }
 
+  test("updateChecksum of a heap or direct buffer equals the array update, and consumes it") {
+    val rnd = new Random(5)
+    (1 to 50).foreach { _ =>
+      val bytes = new Array[Byte](rnd.nextInt(200000) + 1)
+      rnd.nextBytes(bytes)
+      val direct = java.nio.ByteBuffer.allocateDirect(bytes.length)
+      direct.put(bytes).flip()
+      for (c <- Seq(Compat.crc32c(), Compat.pureJavaCrc32c())) {
+        val expected = crc(c, bytes, 0, bytes.length)
+        for (buf <- Seq(java.nio.ByteBuffer.wrap(bytes), direct.duplicate())) {
+          c.reset()
+          Compat.updateChecksum(c, buf)
+          assert(c.getValue === expected)
+          assert(!buf.hasRemaining)
+        }
+      }
+    }
+  }
+
   test("readAllBytes reads past one buffer and leaves the stream open") {
     val bytes = Array.tabulate[Byte](200000)(i => (i % 251).toByte)
     val in = new ByteArrayInputStream(bytes)

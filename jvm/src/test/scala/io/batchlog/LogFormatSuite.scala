@@ -45,6 +45,35 @@ class LogFormatSuite extends SparkSessionTestBase {
     }
   }
 
+  test("isCanonical accepts exactly the tagged lines encode writes, each of which decodes") {
+    for (p <- awkwardPaths; b <- Seq(0L, 7L, Long.MaxValue / 10)) {
+      val e =
+        SinkLogEntry(p, 12345L, isDir = b % 2 == 0, 1700000000123L, 3, 134217728L, "add", Some(b))
+      val line = LogFormat.encode(e)
+      assert(LogFormat.isCanonical(line), line)
+      assert(LogFormat.decode(line) === e)
+      // every damage that decode refuses (or that changes the line's shape) is declined
+      Seq(
+        line.dropRight(1),
+        line.replace("\"size\":12345", "\"size\":\"12345\""),
+        line.replace("\"size\":12345", "\"size\":012345"),
+        line.replace("\"isDir\":", "\"isDir\":x"),
+        line.replace(",\"action\":\"add\"", ""),
+        line + " ",
+        line.replace("\"path\":\"", "\"path\":\"\\q"),
+        line.replace("\"path\":\"", "\"path\":\"\\u12G4"),
+        line.replace("\"path\":\"", "\"path\":\"\t")
+      ).foreach(bad => assert(!LogFormat.isCanonical(bad), bad))
+    }
+    // Spark's untagged lines, and numbers that could overflow, are left to decode
+    assert(!LogFormat.isCanonical(LogFormat.encode(
+      SinkLogEntry("file:/a", 1, isDir = false, 2, 1, 3, "add", None)
+    )))
+    assert(!LogFormat.isCanonical(LogFormat.encode(
+      SinkLogEntry("file:/a", Long.MaxValue, isDir = false, 2, 1, 3, "add", Some(1L))
+    )))
+  }
+
   test("pathOf cuts the path from a line's head exactly as decode reads it, or declines") {
     for (p <- awkwardPaths; batch <- Seq(Some(7L), None)) {
       val line = LogFormat.encode(

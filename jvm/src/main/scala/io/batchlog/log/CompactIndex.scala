@@ -379,5 +379,11 @@ object CompactIndex {
      * keeps its CRC, checked as it was read; the next run started resets `crc`).
      */
     def copied(b: Array[Byte], off: Int, len: Int): Unit = { out.write(b, off, len); count += len }
+
+    /** The stream it writes to (for a channel past it: [[LocalPublish.channelOf]]). */
+    def underlying: OutputStream = out
+
+    /** `len` bytes written past this stream, to its underlying file's channel. */
+    def wrotePast(len: Long): Unit = count += len
   }
 }

@@ -1,6 +1,7 @@
 package io.batchlog.log
 
 import java.io.{File, OutputStream}
+import java.nio.channels.FileChannel
 import java.util.UUID
 
 import scala.util.control.NonFatal
@@ -66,7 +67,7 @@ private[log] object LocalPublish {
     try {
       // RawLocalFileSystem.create sets the file's permission, which forks chmod: the temp file is
       // its java.io.File opened directly (what RawLocalFileSystem does underneath, minus chmod).
-      val out = new java.io.BufferedOutputStream(new java.io.FileOutputStream(fileOf(tmp)), 1 << 16)
+      val out = new LocalOutputStream(new java.io.FileOutputStream(fileOf(tmp)))
       try fn(out)
       finally out.close()
       raw.delete(crc, false)
@@ -94,4 +95,23 @@ private[log] object LocalPublish {
   }
 
   private def fileOf(p: Path): File = raw.pathToFile(p)
+
+  /**
+   * The local file behind `file` when it is read and written here (so compaction can copy its bytes
+   * by its channel, [[channelOf]]); None on any other file system or manager.
+   */
+  def localFile(fm: CheckpointFileManager, file: Path): Option[File] =
+    if (applies(fm, file)) Some(fileOf(file)) else None
+
+  /**
+   * The channel of a stream this object writes, flushed, to write bytes past the stream's buffer
+   * (the position is shared); None for any other stream.
+   */
+  def channelOf(out: OutputStream): Option[FileChannel] = out match {
+    case l: LocalOutputStream => l.flush(); Some(l.file.getChannel)
+    case _ => None
+  }
+
+  final private class LocalOutputStream(val file: java.io.FileOutputStream)
+      extends java.io.BufferedOutputStream(file, 1 << 16)
 }

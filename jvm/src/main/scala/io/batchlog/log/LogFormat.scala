@@ -130,6 +130,59 @@ object LogFormat {
 
   def isTagged(line: String): Boolean = taggedBatch(line).isDefined
 
+  /**
+   * True if `line` is a complete, valid tagged entry exactly as [[encode]] writes it: every field
+   * in its order, each of its type, strings well escaped, nothing else. Such a line decodes without
+   * error to the entry it says, so compaction can copy it as text instead of decoding it (a line
+   * for which this is false is decoded: any other valid form, or the error naming a corrupt one).
+   */
+  def isCanonical(line: String): Boolean = new CanonicalScan(line).ok
+
+  final private class CanonicalScan(s: String) {
+    private var i = 0
+    private def lit(t: String): Boolean =
+      if (s.startsWith(t, i)) { i += t.length; true }
+      else false
+    private def str(): Boolean = {
+      if (!lit("\"")) return false
+      while (i < s.length) {
+        val c = s.charAt(i)
+        if (c == '"') { i += 1; return true }
+        if (c < ' ') return false
+        if (c == '\\') {
+          if (i + 1 >= s.length) return false
+          s.charAt(i + 1) match {
+            case '"' | '\\' | '/' | 'b' | 'f' | 'n' | 'r' | 't' => i += 2
+            case 'u' =>
+              if (i + 6 > s.length) return false
+              var k = i + 2
+              while (k < i + 6) {
+                if (Character.digit(s.charAt(k), 16) < 0) return false
+                k += 1
+              }
+              i += 6
+            case _ => return false
+          }
+        } else i += 1
+      }
+      false
+    }
+
+    /** An integer of at most `maxDigits` digits (no overflow possible), without leading zeros. */
+    private def int(maxDigits: Int): Boolean = {
+      if (i < s.length && s.charAt(i) == '-') i += 1
+      val start = i
+      while (i < s.length && s.charAt(i) >= '0' && s.charAt(i) <= '9') i += 1
+      val n = i - start
+      n >= 1 && n <= maxDigits && (n == 1 || s.charAt(start) != '0')
+    }
+    val ok: Boolean =
+      lit("{\"path\":") && str() && lit(",\"size\":") && int(18) && lit(",\"isDir\":") &&
+        (lit("true") || lit("false")) && lit(",\"modificationTime\":") && int(18) &&
+        lit(",\"blockReplication\":") && int(9) && lit(",\"blockSize\":") && int(18) &&
+        lit(",\"action\":") && str() && lit(TagMarker) && int(18) && lit("}") && i == s.length
+  }
+
   private val PathHead = "{\"path\":\""
 
   /**

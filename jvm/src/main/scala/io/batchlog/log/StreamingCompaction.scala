@@ -94,11 +94,15 @@ trait StreamingCompaction extends Logging { self: BatchTaggedFileStreamSinkLog =
           case None =>
             val file = batchIdToPath(id).toString
             foreachLineIn(id) { (line, lineNo) =>
-              // Lines of batch files (at most compactInterval - 1 files) are parsed, as Spark's
-              // compaction does: a corrupt entry fails here, naming its file and line, instead
-              // of outliving its batch file inside the compact file.
+              // Lines of batch files (at most compactInterval - 1 files) are checked, as Spark's
+              // compaction parses them: a corrupt entry fails here, naming its file and line,
+              // instead of outliving its batch file inside the compact file. A line exactly as
+              // batchlog writes it is checked by a scan (isCanonical) and copied; any other is
+              // decoded.
               val tagged = LogFormat.taggedBatch(line)
-              if (inCompact && tagged.isDefined && !ageRetentionActive) emit(line, tagged)
+              val copyable = tagged.isDefined && !ageRetentionActive &&
+                (inCompact || LogFormat.isCanonical(line))
+              if (copyable) emit(line, tagged)
               else {
                 val e = decodeLine(line, file, lineNo)
                 val b = batchOf(e, id)
@@ -143,6 +147,69 @@ trait StreamingCompaction extends Logging { self: BatchTaggedFileStreamSinkLog =
       minBatch: Long
   ): Unit = {
     val file = batchIdToPath(compactId)
+    val local = for {
+      src <- LocalPublish.localFile(checkpointFileManager, file)
+      dst <- LocalPublish.channelOf(out.underlying)
+    } yield (src, dst)
+    local match {
+      case Some((src, dst)) => copyRunsMapped(file, src, dst, prev, out, index, minBatch)
+      case None => copyRunsByStream(file, prev, out, index, minBatch)
+    }
+  }
+
+  /**
+   * [[copyRuns]] on a local disk: each run is mapped from the previous compact file, its CRC32C
+   * computed on the mapping and the mapping written to the new file's channel: the bytes are copied
+   * once, by the kernel, instead of read into and written from the heap.
+   */
+  private def copyRunsMapped(
+      file: Path,
+      src: java.io.File,
+      dst: java.nio.channels.FileChannel,
+      prev: CompactIndex,
+      out: CompactIndex.CountingStream,
+      index: CompactIndex.Builder,
+      minBatch: Long
+  ): Unit = {
+    val in = java.nio.channels.FileChannel.open(src.toPath, java.nio.file.StandardOpenOption.READ)
+    val crc = Compat.crc32c()
+    try {
+      prev.runs.foreach { run =>
+        if (run.batchId.exists(_ < minBatch)) index.dropRun(run)
+        else {
+          if (in.size() < run.offset + run.length) {
+            throw new StaleRun(file, s"it ends inside the run at byte ${run.offset}")
+          }
+          index.run(run, out.count)
+          crc.reset()
+          var pos = run.offset
+          val end = run.offset + run.length
+          while (pos < end) {
+            val n = math.min(end - pos, 1L << 30) // a mapping is at most 2 GiB
+            val mapped = in.map(java.nio.channels.FileChannel.MapMode.READ_ONLY, pos, n)
+            Compat.updateChecksum(crc, mapped.duplicate())
+            while (mapped.hasRemaining) dst.write(mapped)
+            pos += n
+          }
+          out.wrotePast(run.length)
+          if (crc.getValue != run.crc) {
+            throw new StaleRun(
+              file,
+              s"the CRC32C of bytes ${run.offset}..${run.offset + run.length} differs"
+            )
+          }
+        }
+      }
+    } finally in.close()
+  }
+
+  private def copyRunsByStream(
+      file: Path,
+      prev: CompactIndex,
+      out: CompactIndex.CountingStream,
+      index: CompactIndex.Builder,
+      minBatch: Long
+  ): Unit = {
     val in = LogFiles.open(checkpointFileManager, file, s"compaction needs it")
     val buf = new Array[Byte](1 << 20)
     val crc = Compat.crc32c()
