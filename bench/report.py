@@ -1,0 +1,247 @@
+"""Judges the figures of ``bench/run`` against the project's performance targets.
+
+Reads the JSON files the benchmarks wrote (``SinkLogBench``, ``FilesBench``, ``rewind_1000.py``,
+``e2e_latency.py``; each a list of figures: every repeat of one measure of one implementation at
+one size), prints one table of every target with its figure, the spread of the repeats and MET /
+NOT MET, writes it all as JSON (``--json``) and plots time and heap against entries, vanilla vs
+batchlog (``--plot``, a PNG).
+
+A figure is the best of its repeats; a ratio is of two bests measured in the same run. The spread,
+(max - min) / min of the repeats, says how much a figure moved while it was taken.
+
+Usage: python bench/report.py RESULTS_DIR [--json FILE] [--plot FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+Figures = dict[tuple[str, str, int], list[float]]  # (measure, impl, entries) -> repeats
+
+
+@dataclass(frozen=True)
+class Line:
+    target: str
+    figure: str
+    spread: str
+    goal: str
+    met: bool | None  # None: no figure (that part of the bench did not run)
+
+    @property
+    def verdict(self) -> str:
+        return "n/a" if self.met is None else "MET" if self.met else "NOT MET"
+
+
+def load(results: Path) -> tuple[Figures, dict[str, int]]:
+    figures: Figures = {}
+    heaps: dict[str, int] = {}
+    for f in sorted(results.glob("*.json")):
+        if f.name == "report.json":
+            continue
+        doc = json.loads(f.read_text())
+        if "maxHeapMiB" in doc:
+            heaps[doc["kind"]] = doc["maxHeapMiB"]
+        for x in doc["figures"]:
+            figures[(x["measure"], x["impl"], int(x["entries"]))] = [float(v) for v in x["values"]]
+    return figures, heaps
+
+
+def spread(xs: list[float]) -> str:
+    return f"{(max(xs) / min(xs) - 1) * 100:.0f}%" if len(xs) > 1 and min(xs) > 0 else "-"
+
+
+def size(n: int) -> str:
+    return f"{n // 1_000_000}M" if n >= 1_000_000 else f"{n // 1000}k"
+
+
+def judge(fig: Figures) -> list[Line]:
+    lines: list[Line] = []
+
+    def get(measure: str, impl: str, n: int = 0) -> list[float] | None:
+        return fig.get((measure, impl, n))
+
+    def ratio(
+        target: str,
+        num: list[float] | None,
+        den: list[float] | None,
+        goal: float,
+        unit: str = "x",
+    ) -> None:
+        if not num or not den:
+            lines.append(Line(target, "no figure", "-", f"<= {goal}{unit}", None))
+            return
+        r = min(num) / min(den)
+        lines.append(
+            Line(
+                target,
+                f"{r:.3f}{unit} ({min(num):,.1f} / {min(den):,.1f})",
+                f"{spread(num)} / {spread(den)}",
+                f"<= {goal}{unit}",
+                r <= goal,
+            )
+        )
+
+    def below(target: str, xs: list[float] | None, goal: float, unit: str) -> None:
+        if not xs:
+            lines.append(Line(target, "no figure", "-", f"< {goal} {unit}", None))
+            return
+        lines.append(
+            Line(target, f"{min(xs):,.2f} {unit}", spread(xs), f"< {goal} {unit}", min(xs) < goal)
+        )
+
+    sizes = sorted({n for (_, _, n) in fig if n > 0})
+    for n in sizes:
+        s = size(n)
+        if get("last compaction", "vanilla", n):
+            ratio(
+                f"last compaction vs vanilla, {s}",
+                get("last compaction", "batchlog", n),
+                get("last compaction", "vanilla", n),
+                0.10 if n >= 1_000_000 else 1.0,
+            )
+        ratio(
+            f"last compaction vs a plain copy, {s}",
+            get("last compaction", "batchlog", n),
+            get("copy of the compact file", "kernel", n),
+            1.25 if n >= 1_000_000 else 1.5,
+        )
+        if get("all 200 adds", "vanilla", n):
+            ratio(
+                f"all adds of a run vs vanilla, {s}",
+                get("all 200 adds", "batchlog", n),
+                get("all 200 adds", "vanilla", n),
+                0.5,
+            )
+    for n in sorted({n for (m, _, n) in fig if m == "files(batch)"}):
+        below(
+            f"files(batch), {size(n)}, 256 MiB driver",
+            get("files(batch)", "batchlog", n),
+            100,
+            "ms",
+        )
+        below(
+            f"batch_of(path), {size(n)}, 256 MiB driver",
+            get("batch_of(path)", "batchlog", n),
+            100,
+            "ms",
+        )
+    tails = sorted(
+        {int(m.group(1)) for (k, _, _) in fig if (m := re.match(r"rewind dry run \((\d+) ", k))},
+        reverse=True,
+    )
+    for after in tails:
+        tail = f"({after} batches after the target)"
+        below(
+            f"rewind dry run, 1,000-batch sink {tail}",
+            get(f"rewind dry run {tail}", "batchlog"),
+            2,
+            "s",
+        )
+        below(
+            f"rewind without data-file deletes {tail}",
+            get(f"rewind without data-file deletes {tail}", "batchlog"),
+            5,
+            "s",
+        )
+    ok = get("replay after rewind: rows exactly once", "batchlog")
+    if ok is not None:
+        lines.append(
+            Line("replay after rewind: every row once", str(bool(ok[0])), "-", "True", ok[0] == 1)
+        )
+    m = "commit latency (addBatch, median of a round)"
+    if get(m, "batchlog"):
+        ratio("end-to-end commit latency vs vanilla", get(m, "batchlog"), get(m, "vanilla"), 1.05)
+    return lines
+
+
+def table(fig: Figures, lines: list[Line], heaps: dict[str, int]) -> str:
+    out = []
+    if heaps:
+        out.append("JVM max heap: " + ", ".join(f"{k} {v} MiB" for k, v in sorted(heaps.items())))
+    out.append("\nfigures (best of the repeats; spread = (max - min) / min):")
+    out.append(f"{'measure':<58} {'impl':<9} {'entries':>8} {'best':>12} {'spread':>7}")
+    for (measure, impl, n), xs in sorted(
+        fig.items(), key=lambda kv: (kv[0][2], kv[0][0], kv[0][1])
+    ):
+        out.append(
+            f"{measure:<58} {impl:<9} {size(n) if n else '-':>8} {min(xs):>12,.2f} {spread(xs):>7}"
+        )
+    w = max(len(x.target) for x in lines) if lines else 10
+    out.append("\ntargets:")
+    out.append(f"{'target':<{w}} {'figure':<34} {'spread':<11} {'goal':<10} verdict")
+    for x in lines:
+        out.append(f"{x.target:<{w}} {x.figure:<34} {x.spread:<11} {x.goal:<10} {x.verdict}")
+    missed = [x for x in lines if x.met is False]
+    out.append(
+        f"\n{sum(x.met is True for x in lines)} MET, {len(missed)} NOT MET, "
+        f"{sum(x.met is None for x in lines)} without a figure"
+    )
+    return "\n".join(out)
+
+
+def plot(fig: Figures, file: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig_, (t, h) = plt.subplots(1, 2, figsize=(11, 4.2))
+
+    def curve(ax: object, measure: str, impl: str, label: str, style: str) -> None:
+        pts = sorted((n, min(xs)) for (m, i, n), xs in fig.items() if m == measure and i == impl)
+        if pts:
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], style, label=label)  # type: ignore[attr-defined]
+
+    curve(t, "last compaction", "vanilla", "compaction, vanilla", "o-")
+    curve(t, "last compaction", "batchlog", "compaction, batchlog", "s-")
+    curve(t, "copy of the compact file", "kernel", "plain copy of the compact file", "k--")
+    curve(t, "files(batch)", "batchlog", "files(batch), batchlog (256 MiB)", "^-")
+    t.set(xscale="log", yscale="log", xlabel="live entries", ylabel="ms (best of 3)", title="time")
+    curve(h, "last compaction (peak live heap)", "vanilla", "compaction, vanilla", "o-")
+    curve(h, "last compaction (peak live heap)", "batchlog", "compaction, batchlog", "s-")
+    curve(h, "list all live files (peak live heap)", "vanilla", "list all files, vanilla", "o:")
+    curve(h, "list all live files (peak live heap)", "batchlog", "list all files, batchlog", "s:")
+    h.set(
+        xscale="log", yscale="symlog", xlabel="live entries", ylabel="MiB", title="peak live heap"
+    )
+    h.set_ylim(bottom=0)
+    for ax in (t, h):
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig_.tight_layout()
+    fig_.savefig(file, dpi=110)
+    print(f"plot written to {file}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("results", type=Path)
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--plot", type=Path)
+    args = ap.parse_args(argv)
+    fig, heaps = load(args.results)
+    lines = judge(fig)
+    print(table(fig, lines, heaps))
+    if args.json:
+        doc = {
+            "targets": [dict(asdict(x), verdict=x.verdict) for x in lines],
+            "figures": [
+                {"measure": m, "impl": i, "entries": n, "values": xs, "best": min(xs)}
+                for (m, i, n), xs in sorted(fig.items())
+            ],
+            "maxHeapMiB": heaps,
+        }
+        args.json.write_text(json.dumps(doc, indent=1) + "\n")
+        print(f"report written to {args.json}")
+    if args.plot:
+        plot(fig, args.plot)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
