@@ -83,7 +83,7 @@ def _damage(kind: str, f: Path) -> tuple[str, type[Exception]]:
         return "it is empty (a truncated write)", batchlog.CorruptLogError
     if kind == "deleted compact file":
         f.unlink()
-        f.with_name(f".{f.name}.crc").unlink()
+        f.with_name(f".{f.name}.crc").unlink(missing_ok=True)
         return "is missing: the log needs it to read batch 2", batchlog.MissingLogFileError
     raise AssertionError(kind)
 
@@ -131,7 +131,7 @@ def test_batch_file_missing_at_compaction_fails_the_query_then_repair(
 ):
     out, inp, chk = live_sink / "out", live_sink / "in", live_sink / "chk"
     (out / "_spark_metadata" / "3").unlink()
-    (out / "_spark_metadata" / ".3.crc").unlink()
+    (out / "_spark_metadata" / ".3.crc").unlink(missing_ok=True)
     meta_before = snapshot(out / "_spark_metadata")
     ids = [json.loads(x)["id"] for p in inp.glob("*.json") for x in p.read_text().splitlines()]
     ids += write_input(inp, 5, 1, 4)  # batch 5 must compact 2.compact, 3 and 4

@@ -74,18 +74,30 @@ class LogFormatSuite extends SparkSessionTestBase {
     )))
   }
 
-  test("pathOf cuts the path from a line's head exactly as decode reads it, or declines") {
+  test("pathOf cuts the path from a canonical line exactly as decode reads it, or declines") {
     for (p <- awkwardPaths; batch <- Seq(Some(7L), None)) {
       val line = LogFormat.encode(
         SinkLogEntry(p, 1L, isDir = false, 2L, 1, 3L, "add", batch)
       )
-      // a path with a JSON escape in it (quote, backslash, control character) is left to decode
+      // a path with a JSON escape in it (quote, backslash, control character) is left to decode,
+      // and so is any line that is not exactly as batchlog writes it (an untagged one)
       LogFormat.pathOf(line) match {
         case Some(cut) => assert(cut === p && cut === LogFormat.decode(line).path, line)
-        case None => assert(p.exists(c => c == '"' || c == '\\' || c < ' '), line)
+        case None =>
+          assert(batch.isEmpty || p.exists(c => c == '"' || c == '\\' || c < ' '), line)
       }
     }
-    Seq("", "{}", "{\"size\":1,\"path\":\"x\"}", "{\"path\":\"", "{\"path\":\"\"}", "{\"path\":1}")
+    val good = LogFormat.encode(SinkLogEntry("/o/a", 1L, isDir = false, 2L, 1, 3L, "add", Some(4L)))
+    assert(LogFormat.pathOf(good) === Some("/o/a"))
+    // a damaged line is never passed over: a field dropped, a number cut, the line cut
+    val damaged = Seq(
+      good.replace(",\"size\":1", ""),
+      good.replace(",\"modificationTime\":2", ""),
+      good.replace("\"blockSize\":3", "\"blockSize\":x"),
+      good.take(good.length - 1),
+      good.take(20)
+    )
+    (damaged ++ Seq("", "{}", "{\"size\":1,\"path\":\"x\"}", "{\"path\":\"", "{\"path\":1}"))
       .foreach(l => assert(LogFormat.pathOf(l) === None, l))
   }
 

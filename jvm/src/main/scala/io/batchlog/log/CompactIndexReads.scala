@@ -220,6 +220,11 @@ trait CompactIndexReads extends Logging { self: BatchTaggedFileStreamSinkLog =>
           file,
           s"the log needs it to read batch $compactId"
         )
+        val first = new Array[Byte](LogFormat.Header.length)
+        val n = opened.read(0L, first, 0, first.length)
+        LogFiles.requireHeader(first, n, file.toString)(
+          LogFiles.firstLine(checkpointFileManager, file)
+        )
       }
       opened
     }

@@ -34,6 +34,30 @@ object LogFiles {
     while (line != null) { n += 1; fn(line, n); line = r.readLine() }
   }
 
+  private val HeaderBytes = LogFormat.Header.getBytes(UTF_8)
+
+  /**
+   * Fails unless the file starts with the `v1` header, given its first bytes (`n` of them read):
+   * what a read through a compact file's index checks, since no run's CRC32C covers the header. The
+   * error is made by `badHeader` from the first line of `fullLine`, read only when needed.
+   */
+  def requireHeader(first: Array[Byte], n: Int, file: String)(fullLine: => String): Unit =
+    if (
+      n < HeaderBytes.length || !java.util.Arrays.equals(
+        first.take(HeaderBytes.length),
+        HeaderBytes
+      )
+    ) {
+      throw BatchLogException.badHeader(file, fullLine)
+    }
+
+  /** The first line of `file` (null if it is empty), for an error about its header. */
+  def firstLine(fm: CheckpointFileManager, file: Path): String = {
+    val in = fm.open(file)
+    try new BufferedReader(new InputStreamReader(in, UTF_8)).readLine()
+    finally in.close()
+  }
+
   /** Opens `file`; a missing file is a [[BatchLogException]] that says `why` it is needed. */
   def open(fm: CheckpointFileManager, file: Path, why: => String): FSDataInputStream =
     try fm.open(file)

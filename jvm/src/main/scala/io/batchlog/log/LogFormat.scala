@@ -138,8 +138,16 @@ object LogFormat {
    */
   def isCanonical(line: String): Boolean = new CanonicalScan(line).ok
 
+  private val PathStart = "{\"path\":\"".length
+
   final private class CanonicalScan(s: String) {
     private var i = 0
+    private var escapes = 0
+    private var pathEscapes = -1
+    var pathEnd: Int = -1
+
+    /** The path held no escape: its text between the quotes is the path. */
+    def plainPath: Boolean = pathEnd > PathStart && pathEscapes == 0
     private def lit(t: String): Boolean =
       if (s.startsWith(t, i)) { i += t.length; true }
       else false
@@ -150,6 +158,7 @@ object LogFormat {
         if (c == '"') { i += 1; return true }
         if (c < ' ') return false
         if (c == '\\') {
+          escapes += 1
           if (i + 1 >= s.length) return false
           s.charAt(i + 1) match {
             case '"' | '\\' | '/' | 'b' | 'f' | 'n' | 'r' | 't' => i += 2
@@ -177,26 +186,22 @@ object LogFormat {
       n >= 1 && n <= maxDigits && (n == 1 || s.charAt(start) != '0')
     }
     val ok: Boolean =
-      lit("{\"path\":") && str() && lit(",\"size\":") && int(18) && lit(",\"isDir\":") &&
+      lit("{\"path\":") && str() && { pathEnd = i - 1; pathEscapes = escapes; true } &&
+        lit(",\"size\":") && int(18) && lit(",\"isDir\":") &&
         (lit("true") || lit("false")) && lit(",\"modificationTime\":") && int(18) &&
         lit(",\"blockReplication\":") && int(9) && lit(",\"blockSize\":") && int(18) &&
         lit(",\"action\":") && str() && lit(TagMarker) && int(18) && lit("}") && i == s.length
   }
 
-  private val PathHead = "{\"path\":\""
-
   /**
-   * The `path` of a line that starts with it (as [[encode]] and Spark write it) and holds no JSON
-   * escape in it, cut from the line's head without parsing the rest; None otherwise (decode it).
+   * The `path` of a line that is canonical ([[isCanonical]]) and holds no JSON escape in its path,
+   * cut from the line without decoding it; None otherwise (decode it: that also names what is wrong
+   * with a damaged line, which this never passes over).
    */
-  def pathOf(line: String): Option[String] =
-    if (!line.startsWith(PathHead)) None
-    else {
-      var i = PathHead.length
-      while (i < line.length && line.charAt(i) != '"' && line.charAt(i) != '\\') i += 1
-      if (i >= line.length || line.charAt(i) != '"' || i == PathHead.length) None
-      else Some(line.substring(PathHead.length, i))
-    }
+  def pathOf(line: String): Option[String] = {
+    val scan = new CanonicalScan(line)
+    if (scan.ok && scan.plainPath) Some(line.substring(PathStart, scan.pathEnd)) else None
+  }
 
   /**
    * Adds `"batchId":id` to an untagged line without re-serialising it: every Spark-written line is

@@ -174,6 +174,11 @@ trait StreamingCompaction extends Logging { self: BatchTaggedFileStreamSinkLog =
     val in = java.nio.channels.FileChannel.open(src.toPath, java.nio.file.StandardOpenOption.READ)
     val crc = Compat.crc32c()
     try {
+      val first = java.nio.ByteBuffer.allocate(LogFormat.Header.length)
+      val n = in.read(first, 0L)
+      LogFiles.requireHeader(first.array(), n, file.toString)(
+        LogFiles.firstLine(checkpointFileManager, file)
+      )
       prev.runs.foreach { run =>
         if (run.batchId.exists(_ < minBatch)) index.dropRun(run)
         else {
@@ -214,6 +219,8 @@ trait StreamingCompaction extends Logging { self: BatchTaggedFileStreamSinkLog =
     val buf = new Array[Byte](1 << 20)
     val crc = Compat.crc32c()
     try {
+      val n = in.read(0L, buf, 0, LogFormat.Header.length)
+      LogFiles.requireHeader(buf, n, file.toString)(LogFiles.firstLine(checkpointFileManager, file))
       prev.runs.foreach { run =>
         if (run.batchId.exists(_ < minBatch)) index.dropRun(run)
         else {
