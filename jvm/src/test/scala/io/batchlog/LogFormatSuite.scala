@@ -6,7 +6,7 @@ import scala.jdk.CollectionConverters._
 
 import com.fasterxml.jackson.databind.ObjectMapper
 
-import io.batchlog.log.{LogFormat, SinkLogEntry}
+import io.batchlog.log.{LogFiles, LogFormat, SinkLogEntry}
 
 /** The line format of a batch-tagged log: encoding, decoding, tags, and resolving a batch. */
 class LogFormatSuite extends SparkSessionTestBase {
@@ -99,6 +99,81 @@ class LogFormatSuite extends SparkSessionTestBase {
     )
     (damaged ++ Seq("", "{}", "{\"size\":1,\"path\":\"x\"}", "{\"path\":\"", "{\"path\":1}"))
       .foreach(l => assert(LogFormat.pathOf(l) === None, l))
+  }
+
+  test("readLineBytes ends lines exactly where readLines does, whatever the read sizes") {
+    val rnd = new scala.util.Random(7)
+    val pieces = Seq("\n", "\r", "\r\n", "", "{\"a\":1}", "\u00fc\u65e5", "x" * 70000, "\n\n")
+    val texts = Seq("", "v1", "v1\n", "v1\r\n", "v2\nx", "\r\nv1") ++ (1 to 200).map { _ =>
+      "v1" + Seq.fill(rnd.nextInt(12))(pieces(rnd.nextInt(pieces.length))).mkString
+    }
+
+    /** A stream that returns at most a few bytes a read, as a network stream may. */
+    def trickle(bytes: Array[Byte], most: Int) = new java.io.ByteArrayInputStream(bytes) {
+      override def read(b: Array[Byte], off: Int, len: Int): Int =
+        super.read(b, off, math.min(len, 1 + rnd.nextInt(most)))
+    }
+    for (text <- texts; most <- Seq(1, 5, 1 << 20)) {
+      val bytes = text.getBytes(java.nio.charset.StandardCharsets.UTF_8)
+      val byText = scala.util.Try {
+        val out = Seq.newBuilder[(String, Long)]
+        LogFiles.readLines(trickle(bytes, most), "f")((l, n) => out += ((l, n)))
+        out.result()
+      }
+      val byBytes = scala.util.Try {
+        val out = Seq.newBuilder[(String, Long)]
+        LogFiles.readLineBytes(trickle(bytes, most), "f") { (b, from, to, n) =>
+          out += ((new String(b, from, to - from, java.nio.charset.StandardCharsets.UTF_8), n))
+        }
+        out.result()
+      }
+      assert(
+        byBytes.map(_.toList) == byText.map(_.toList) ||
+          (byBytes.isFailure && byText.isFailure &&
+            byBytes.failed.get.getMessage == byText.failed.get.getMessage),
+        text.take(80)
+      )
+    }
+  }
+
+  test("a line read as bytes is canonical and tagged exactly when its text is, if ASCII") {
+    for (p <- awkwardPaths; batch <- Seq(Some(7L), Some(Long.MaxValue), None)) {
+      val line = LogFormat.encode(SinkLogEntry(p, 1L, isDir = false, 2L, 1, 3L, "add", batch))
+      for (l <- Seq(line, line.dropRight(1), line + " ", line.replace(",\"size\":1", ""))) {
+        val bytes = ("#" + l + "#").getBytes(java.nio.charset.StandardCharsets.UTF_8)
+        val view = new LogFormat.AsciiView(bytes, 1, bytes.length - 1)
+        val ascii = l.forall(_ < 128)
+        assert(view.toString === l)
+        assert(LogFormat.isCanonical(view) === (ascii && LogFormat.isCanonical(l)), l)
+        assert(LogFormat.taggedBatch(view) === LogFormat.taggedBatch(l), l) // the tail is ASCII
+      }
+    }
+  }
+
+  test("compaction copies canonical batch-file lines as bytes and decodes every other line") {
+    withTempDir { root =>
+      val dir = metaDir(root)
+      withSQLConf(BatchLogConf.CompactIntervalKey -> "3", BatchLogConf.DeletionKey -> "false") {
+        val log = ours(dir)
+        val awkward = awkwardPaths.zipWithIndex.map { case (p, i) =>
+          SinkLogEntry(p, i.toLong, isDir = false, 5L, 1, 6L, "add", Some(1L))
+        }
+        assert(log.add(0L, entriesOf(0L)))
+        assert(log.add(1L, awkward.toArray))
+        // batch file 1 as a hand or another tool may leave it: an untagged line, CRLF endings
+        val lines = readLines(new File(dir, "1"))
+        val spark1 = LogFormat.encode(plainEntry(1L, 9).copy(batchId = None))
+        overwrite(new File(dir, "1"), (lines :+ spark1).mkString("\r\n").getBytes("UTF-8"))
+        assert(log.add(2L, entriesOf(2L)))
+        val compact = readLines(new File(dir, "2.compact"))
+        assert(compact.head === "v1")
+        assert(compact.tail.forall(l => LogFormat.isCanonical(l)), compact.mkString("\n"))
+        val expected: Seq[SinkLogEntry] =
+          entriesOf(0L).toSeq ++ awkward ++ Seq(plainEntry(1L, 9)) ++ entriesOf(2L).toSeq
+        assert(compact.tail.map(LogFormat.decode) === expected)
+        assert(ours(dir).allFiles().map(_.path).toSeq === expected.map(_.path))
+      }
+    }
   }
 
   test("untagged lines are exactly what Spark writes, and Spark's lines decode untagged") {

@@ -197,12 +197,25 @@ class BatchTaggedFileStreamSinkLog(
           getBatchIdFromFileName(logName(p)) < minCompactionBatchId
       // An index before its compact file: a crash between leaves a compact file without an
       // index (rebuilt when read), never an index without its compact file.
-      def order(f: FileStatus) =
-        (getBatchIdFromFileName(logName(f.getPath)), !CompactIndex.isIndexFile(f.getPath.getName))
-      fileManager
-        .list(metadataPath, (p: Path) => expired(p))
-        .sortBy(order)
-        .foreach { f => if (f.getModificationTime <= expiredTime) fileManager.delete(f.getPath) }
+      def order(f: (Path, Long)) =
+        (getBatchIdFromFileName(logName(f._1)), !CompactIndex.isIndexFile(f._1.getName))
+      // On a local disk a listing builds a Hadoop status (several system calls) for every file of
+      // the log, and every batch pays it: names first, and one stat for the age of each file
+      // below the cut.
+      val dir = metadataFs.makeQualified(metadataPath)
+      val candidates: Seq[(Path, Long)] =
+        LocalPublish.localFile(checkpointFileManager, dir) match {
+          case Some(local) =>
+            Option(local.list()).toSeq.flatten.map(n => new Path(dir, n)).filter(expired)
+              .map(p => (p, new java.io.File(local, p.getName).lastModified()))
+              .filter(_._2 > 0) // 0: gone meanwhile
+          case None =>
+            fileManager.list(metadataPath, (p: Path) => expired(p)).toSeq
+              .map(f => (f.getPath, f.getModificationTime))
+        }
+      candidates.sortBy(order).foreach { case (path, mtime) =>
+        if (mtime <= expiredTime) fileManager.delete(path)
+      }
     }
   }
 
@@ -213,10 +226,13 @@ class BatchTaggedFileStreamSinkLog(
     if (!fileManager.exists(metadataPath)) Array.empty
     else fileManager.list(metadataPath, batchFilesFilter).sortBy(f => pathToBatchId(f.getPath))
 
+  /** Why a reader opens log file `logBatchId`: the end of the error if it is missing. */
+  private[log] def readWhy(logBatchId: Long): String = s"the log needs it to read batch $logBatchId"
+
   /** Fails with a clear error unless log file `logBatchId` starts with the `v1` header. */
   def checkHeader(logBatchId: Long): Unit = {
     val file = batchIdToPath(logBatchId)
-    val in = LogFiles.open(fileManager, file, s"the log needs it to read batch $logBatchId")
+    val in = LogFiles.open(fileManager, file, readWhy(logBatchId))
     try {
       val header = new BufferedReader(new InputStreamReader(in, UTF_8)).readLine()
       if (header != LogFormat.Header) throw BatchLogException.badHeader(file.toString, header)
@@ -228,7 +244,7 @@ class BatchTaggedFileStreamSinkLog(
     LogFiles.foreachLine(
       fileManager,
       batchIdToPath(logBatchId),
-      s"the log needs it to read batch $logBatchId"
+      readWhy(logBatchId)
     )(fn)
 
   /** Calls `fn` for each entry of log file `logBatchId`, its batch resolved. */

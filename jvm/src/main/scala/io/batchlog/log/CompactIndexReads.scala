@@ -35,7 +35,7 @@ trait CompactIndexReads extends Logging { self: BatchTaggedFileStreamSinkLog =>
     val status = statusOf(file).getOrElse(
       throw BatchLogException.missingLogFile(
         file.toString,
-        s"the log needs it to read batch $compactId"
+        readWhy(compactId)
       )
     )
     val onDisk =
@@ -64,7 +64,7 @@ trait CompactIndexReads extends Logging { self: BatchTaggedFileStreamSinkLog =>
     val crc = Compat.crc32c()
     val b = new CompactIndex.Builder(crc)
     val in =
-      LogFiles.open(checkpointFileManager, file, s"the log needs it to read batch $compactId")
+      LogFiles.open(checkpointFileManager, file, readWhy(compactId))
     var untagged = false
     val end =
       try {
@@ -105,7 +105,7 @@ trait CompactIndexReads extends Logging { self: BatchTaggedFileStreamSinkLog =>
         case Some(Left(why)) => Some(why)
         case Some(Right(index)) =>
           val in =
-            LogFiles.open(checkpointFileManager, file, s"the log needs it to read batch $compactId")
+            LogFiles.open(checkpointFileManager, file, readWhy(compactId))
           try CompactIndex.checkRuns(index, in)
           finally in.close()
       }
@@ -218,7 +218,7 @@ trait CompactIndexReads extends Logging { self: BatchTaggedFileStreamSinkLog =>
         opened = LogFiles.open(
           checkpointFileManager,
           file,
-          s"the log needs it to read batch $compactId"
+          readWhy(compactId)
         )
         val first = new Array[Byte](LogFormat.Header.length)
         val n = opened.read(0L, first, 0, first.length)

@@ -58,6 +58,85 @@ object LogFiles {
     finally in.close()
   }
 
+  /**
+   * [[readLines]] without decoding: calls `fn(bytes, from, to, lineNo)` for each line after the
+   * `v1` header, the line being `bytes[from, to)`, its terminator at `to` (the bytes stay where
+   * they are until `beforeMove` is called: a caller may keep several lines and write them as one
+   * stretch). Lines end where `BufferedReader.readLine` ends them (`\n`, `\r` or `\r\n`), so line
+   * numbers are the same.
+   */
+  def readLineBytes(in: InputStream, file: String, beforeMove: () => Unit = () => ())(
+      fn: (Array[Byte], Int, Int, Long) => Unit
+  ): Unit = new LineSplitter(in, file, beforeMove, fn).run()
+
+  /** [[readLineBytes]]'s state in fields, not in closure-captured (boxed) locals: a hot loop. */
+  final private class LineSplitter(
+      in: InputStream,
+      file: String,
+      beforeMove: () => Unit,
+      fn: (Array[Byte], Int, Int, Long) => Unit
+  ) {
+    private var buf = new Array[Byte](1 << 16)
+    private var start = 0 // the current line starts here
+    private var end = 0 // bytes read so far
+    private var lineNo = 0L // the header is line 1
+
+    private def line(to: Int): Unit = {
+      lineNo += 1
+      if (lineNo == 1) {
+        val header = new String(buf, start, to - start, UTF_8)
+        if (header != LogFormat.Header) throw BatchLogException.badHeader(file, header)
+      } else fn(buf, start, to, lineNo)
+    }
+
+    def run(): Unit = {
+      var skipLf = false // the previous line ended with \r: a \n right after it ends nothing
+      var n = 0
+      while (n >= 0) {
+        if (end == buf.length) { // make room: drop consumed bytes, or grow for a long line
+          beforeMove()
+          if (start > 0) {
+            System.arraycopy(buf, start, buf, 0, end - start); end -= start; start = 0
+          } else buf = java.util.Arrays.copyOf(buf, buf.length * 2)
+        }
+        n = in.read(buf, end, buf.length - end)
+        if (n > 0) {
+          val b = buf
+          var i = end
+          end += n
+          val stop = end
+          if (skipLf && b(i) == '\n') { i += 1; start = i }
+          skipLf = false
+          while (i < stop) {
+            val c = b(i)
+            if (c == '\n' || c == '\r') {
+              line(i)
+              if (c == '\r') {
+                if (i + 1 < stop) { if (b(i + 1) == '\n') i += 1 }
+                else skipLf = true
+              }
+              start = i + 1
+            }
+            i += 1
+          }
+        }
+      }
+      if (end > start) line(end)
+      if (lineNo == 0) throw BatchLogException.badHeader(file, null)
+    }
+  }
+
+  def foreachLineBytes(
+      fm: CheckpointFileManager,
+      file: Path,
+      why: => String,
+      beforeMove: () => Unit = () => ()
+  )(fn: (Array[Byte], Int, Int, Long) => Unit): Unit = {
+    val in = open(fm, file, why)
+    try readLineBytes(in, file.toString, beforeMove)(fn)
+    finally in.close()
+  }
+
   /** Opens `file`; a missing file is a [[BatchLogException]] that says `why` it is needed. */
   def open(fm: CheckpointFileManager, file: Path, why: => String): FSDataInputStream =
     try fm.open(file)

@@ -1,6 +1,7 @@
 package io.batchlog.log
 
 import java.io.StringWriter
+import java.nio.charset.StandardCharsets.UTF_8
 
 import com.fasterxml.jackson.core.{JsonFactory, JsonParser, JsonToken}
 
@@ -113,13 +114,13 @@ object LogFormat {
    * The `batchId` of a line that ends with it (as [[encode]] writes it), read from the line's tail
    * without parsing the rest; None for an untagged line.
    */
-  def taggedBatch(line: String): Option[Long] = {
+  def taggedBatch(line: CharSequence): Option[Long] = {
     val end = line.length - 1
     if (end < 0 || line.charAt(end) != '}') return None
     var j = end - 1
     while (j >= 0 && Character.isDigit(line.charAt(j))) j -= 1
     val digits = end - 1 - j
-    if (digits == 0 || digits > 19 || !line.startsWith(TagMarker, j - TagMarker.length + 1)) None
+    if (digits == 0 || digits > 19 || !startsWith(line, TagMarker, j - TagMarker.length + 1)) None
     else {
       var id = 0L
       var k = j + 1
@@ -136,11 +137,33 @@ object LogFormat {
    * error to the entry it says, so compaction can copy it as text instead of decoding it (a line
    * for which this is false is decoded: any other valid form, or the error naming a corrupt one).
    */
-  def isCanonical(line: String): Boolean = new CanonicalScan(line).ok
+  def isCanonical(line: CharSequence): Boolean = new CanonicalScan(line).ok
+
+  /** `s` holds `t` at `at` (String.startsWith for any CharSequence). */
+  private def startsWith(s: CharSequence, t: String, at: Int): Boolean =
+    at >= 0 && at + t.length <= s.length && {
+      var k = 0
+      while (k < t.length && s.charAt(at + k) == t.charAt(k)) k += 1
+      k == t.length
+    }
+
+  /**
+   * The bytes `[from, to)` of a line read as bytes, as characters for [[isCanonical]] and
+   * [[taggedBatch]] without decoding them: an ASCII byte is its character; any other byte reads as
+   * NUL, which no canonical line holds, so a line with a non-ASCII byte is decoded instead (UTF-8
+   * checked), never copied unchecked.
+   */
+  final class AsciiView(bytes: Array[Byte], from: Int, to: Int) extends CharSequence {
+    def length: Int = to - from
+    def charAt(i: Int): Char = { val b = bytes(from + i); if (b < 0) 0.toChar else b.toChar }
+    def subSequence(start: Int, end: Int): CharSequence =
+      new AsciiView(bytes, from + start, from + end)
+    override def toString: String = new String(bytes, from, to - from, UTF_8)
+  }
 
   private val PathStart = "{\"path\":\"".length
 
-  final private class CanonicalScan(s: String) {
+  final private class CanonicalScan(s: CharSequence) {
     private var i = 0
     private var escapes = 0
     private var pathEscapes = -1
@@ -149,7 +172,7 @@ object LogFormat {
     /** The path held no escape: its text between the quotes is the path. */
     def plainPath: Boolean = pathEnd > PathStart && pathEscapes == 0
     private def lit(t: String): Boolean =
-      if (s.startsWith(t, i)) { i += t.length; true }
+      if (startsWith(s, t, i)) { i += t.length; true }
       else false
     private def str(): Boolean = {
       if (!lit("\"")) return false

@@ -1,5 +1,7 @@
 package io.batchlog.log
 
+import java.nio.charset.StandardCharsets.UTF_8
+
 import org.apache.hadoop.fs.Path
 
 import org.apache.spark.internal.Logging
@@ -52,6 +54,9 @@ trait StreamingCompaction extends Logging { self: BatchTaggedFileStreamSinkLog =
     added
   }
 
+  private val HeaderBytes = LogFormat.Header.getBytes(UTF_8)
+  private val NewLine = Array[Byte]('\n')
+
   /** A run of a compact file whose bytes do not match the index compaction copies it by. */
   final private class StaleRun(val file: Path, detail: String) extends Exception(detail)
 
@@ -66,17 +71,54 @@ trait StreamingCompaction extends Logging { self: BatchTaggedFileStreamSinkLog =
     val index = new CompactIndex.Builder(crc)
     var endOffset = 0L
     val added = addNewBatchByStream(batchId) { out =>
+      // Bytes straight to the stream (it is buffered), no Writer: each run's offset and CRC are
+      // exact at every line, and copied bytes need no re-encoding.
       val counted = new CompactIndex.CountingStream(out, crc)
-      val w = LogFiles.writer(counted)
-      var run: Option[Option[Long]] = None // the batch of the current run of lines, if any
-      def emit(line: String, batch: Option[Long]): Unit =
-        if (batch.exists(_ < minBatch)) index.drop(batch)
+      counted.write(HeaderBytes)
+      // Consecutive lines of one batch copied from a batch file are written as one stretch of
+      // its bytes, `\n` separators included (`pending`), not line by line.
+      var pending: Array[Byte] = null
+      var pendingFrom, pendingTo = 0
+      var lastBatch: Option[Option[Long]] = None // the batch of the last line written
+      def flushPending(): Unit = if (pending != null) {
+        counted.write(pending, pendingFrom, pendingTo - pendingFrom)
+        pending = null
+      }
+
+      /** `bytes[from, to)` is the line; `bytes(from - 1)`, if a `\n`, may be written with it. */
+      def emitBytes(bytes: Array[Byte], from: Int, to: Int, batch: Option[Long]): Unit =
+        if (batch.exists(_ < minBatch)) { flushPending(); index.drop(batch) }
         else {
-          // A run's offset and CRC are exact only with the writer flushed at its start.
-          if (!run.contains(batch)) { w.flush(); run = Some(batch) }
-          index.line(batch, counted.count)
-          LogFiles.writeLine(w, line)
+          if (!lastBatch.contains(batch)) flushPending() // the run's CRC closes on its bytes
+          index.line(batch, counted.count + (if (pending == null) 0 else pendingTo - pendingFrom))
+          lastBatch = Some(batch)
+          if ((pending eq bytes) && pendingTo == from - 1 && bytes(pendingTo) == '\n') {
+            pendingTo = to
+          } else {
+            flushPending()
+            if (from > 0 && bytes(from - 1) == '\n') { pending = bytes; pendingFrom = from - 1 }
+            else { counted.write(NewLine, 0, 1); pending = bytes; pendingFrom = from }
+            pendingTo = to
+          }
         }
+      def emit(line: String, batch: Option[Long]): Unit = {
+        flushPending()
+        val bytes = line.getBytes(UTF_8)
+        emitBytes(bytes, 0, bytes.length, batch)
+        flushPending()
+      }
+
+      /** A line as text: tagged lines of compact files copied, any other decoded and checked. */
+      def emitText(line: String, id: Long, inCompact: Boolean, file: String, lineNo: Long): Unit = {
+        val tagged = LogFormat.taggedBatch(line)
+        if (tagged.isDefined && !ageRetentionActive && inCompact) emit(line, tagged)
+        else {
+          val e = decodeLine(line, file, lineNo)
+          val b = batchOf(e, id)
+          if (!shouldRetain(e, now)) index.drop(b)
+          else emit(if (tagged.isDefined) line else LogFormat.encode(e.copy(batchId = b)), b)
+        }
+      }
       getValidBatchesBeforeCompactionBatch(batchId, interval).foreach { id =>
         val inCompact = isCompactionBatch(id, interval)
         // Byte copy only keeps tags that are in the lines: a batch resolved from elsewhere
@@ -85,37 +127,35 @@ trait StreamingCompaction extends Logging { self: BatchTaggedFileStreamSinkLog =
           Some(indexOf(id, rebuild = rescan)).filter(_.runs.forall(_.batchId.isDefined))
             .filterNot(_ => hasUntaggedLines.contains(id))
         else None
+        val file = batchIdToPath(id).toString
         copyable match {
           case Some(prev) =>
             // The previous compact file is all tagged: copy its runs as bytes, dropping whole
             // runs of batches below the retention, and shift their offsets into the new index.
-            w.flush(); run = None
+            flushPending(); lastBatch = None
             copyRuns(id, prev, counted, index, minBatch)
-          case None =>
-            val file = batchIdToPath(id).toString
-            foreachLineIn(id) { (line, lineNo) =>
-              // Lines of batch files (at most compactInterval - 1 files) are checked, as Spark's
-              // compaction parses them: a corrupt entry fails here, naming its file and line,
-              // instead of outliving its batch file inside the compact file. A line exactly as
-              // batchlog writes it is checked by a scan (isCanonical) and copied; any other is
-              // decoded.
-              val tagged = LogFormat.taggedBatch(line)
-              val copyable = tagged.isDefined && !ageRetentionActive &&
-                (inCompact || LogFormat.isCanonical(line))
-              if (copyable) emit(line, tagged)
-              else {
-                val e = decodeLine(line, file, lineNo)
-                val b = batchOf(e, id)
-                if (!shouldRetain(e, now)) index.drop(b)
-                else emit(if (tagged.isDefined) line else LogFormat.encode(e.copy(batchId = b)), b)
-              }
+          case None if !inCompact && !ageRetentionActive =>
+            // Lines of batch files (at most compactInterval - 1 files) are checked, as Spark's
+            // compaction parses them: a corrupt entry fails here, naming its file and line,
+            // instead of outliving its batch file inside the compact file. A line exactly as
+            // batchlog writes it is checked by a scan of its bytes (isCanonical) and copied as
+            // they are; any other is decoded.
+            LogFiles.foreachLineBytes(fileManager, batchIdToPath(id), readWhy(id), flushPending) {
+              (bytes, from, to, lineNo) =>
+                val view = new LogFormat.AsciiView(bytes, from, to)
+                val tagged = if (LogFormat.isCanonical(view)) LogFormat.taggedBatch(view) else None
+                if (tagged.isDefined) emitBytes(bytes, from, to, tagged)
+                else
+                  emitText(new String(bytes, from, to - from, UTF_8), id, inCompact, file, lineNo)
             }
+          case None =>
+            foreachLineIn(id)((line, lineNo) => emitText(line, id, inCompact, file, lineNo))
         }
       }
+      flushPending()
       newEntries.foreach { e =>
         if (shouldRetain(e, now)) emit(LogFormat.encode(e), e.batchId) else index.drop(e.batchId)
       }
-      w.flush()
       endOffset = counted.count
     }
     if (added) {
@@ -158,9 +198,11 @@ trait StreamingCompaction extends Logging { self: BatchTaggedFileStreamSinkLog =
   }
 
   /**
-   * [[copyRuns]] on a local disk: each run is mapped from the previous compact file, its CRC32C
-   * computed on the mapping and the mapping written to the new file's channel: the bytes are copied
-   * once, by the kernel, instead of read into and written from the heap.
+   * [[copyRuns]] on a local disk: the previous compact file is mapped in large windows (not one
+   * mapping per run: a compaction of 200 runs spent half its copy time mapping and unmapping), each
+   * run's CRC32C is computed on the mapping, and each stretch of consecutive kept runs is written
+   * to the new file's channel in one call: the bytes are copied once, by the kernel, instead of
+   * read into and written from the heap.
    */
   private def copyRunsMapped(
       file: Path,
@@ -171,40 +213,70 @@ trait StreamingCompaction extends Logging { self: BatchTaggedFileStreamSinkLog =
       index: CompactIndex.Builder,
       minBatch: Long
   ): Unit = {
+    import java.nio.channels.FileChannel.MapMode.READ_ONLY
     val in = java.nio.channels.FileChannel.open(src.toPath, java.nio.file.StandardOpenOption.READ)
     val crc = Compat.crc32c()
+    val Window = 1L << 30 // a mapping is at most 2 GiB; a run longer than a window is split
     try {
       val first = java.nio.ByteBuffer.allocate(LogFormat.Header.length)
       val n = in.read(first, 0L)
       LogFiles.requireHeader(first.array(), n, file.toString)(
         LogFiles.firstLine(checkpointFileManager, file)
       )
+      val size = in.size()
+      var map: java.nio.MappedByteBuffer = null
+      var mapStart = 0L
+      var pending = (0L, 0L) // [from, to) of the file mapped and checked, not yet written
+      def mapped(from: Long, to: Long): Boolean =
+        map != null && from >= mapStart && to <= mapStart + map.capacity()
+      def slice(from: Long, to: Long): java.nio.ByteBuffer = {
+        val b = map.duplicate()
+        b.position((from - mapStart).toInt).limit((to - mapStart).toInt)
+        b
+      }
+      def flush(): Unit = if (pending._2 > pending._1) {
+        val b = slice(pending._1, pending._2)
+        while (b.hasRemaining) dst.write(b)
+        out.wrotePast(pending._2 - pending._1)
+        pending = (0L, 0L)
+      }
+      def remap(from: Long, to: Long): Unit = {
+        flush()
+        mapStart = from
+        map = in.map(READ_ONLY, from, math.min(size, from + math.max(Window, to - from)) - from)
+      }
       prev.runs.foreach { run =>
-        if (run.batchId.exists(_ < minBatch)) index.dropRun(run)
+        if (run.batchId.exists(_ < minBatch)) { flush(); index.dropRun(run) }
         else {
-          if (in.size() < run.offset + run.length) {
-            throw new StaleRun(file, s"it ends inside the run at byte ${run.offset}")
-          }
-          index.run(run, out.count)
-          crc.reset()
-          var pos = run.offset
           val end = run.offset + run.length
-          while (pos < end) {
-            val n = math.min(end - pos, 1L << 30) // a mapping is at most 2 GiB
-            val mapped = in.map(java.nio.channels.FileChannel.MapMode.READ_ONLY, pos, n)
-            Compat.updateChecksum(crc, mapped.duplicate())
-            while (mapped.hasRemaining) dst.write(mapped)
-            pos += n
+          if (size < end) throw new StaleRun(file, s"it ends inside the run at byte ${run.offset}")
+          index.run(run, out.count + (pending._2 - pending._1))
+          crc.reset()
+          if (run.length <= Window) {
+            if (!mapped(run.offset, end)) remap(run.offset, end)
+            Compat.updateChecksum(crc, slice(run.offset, end))
+            pending = if (pending._2 == run.offset) (pending._1, end)
+            else {
+              flush(); (run.offset, end)
+            }
+          } else { // longer than a window: mapped and written piece by piece
+            flush()
+            var pos = run.offset
+            while (pos < end) {
+              remap(pos, math.min(end, pos + Window))
+              val piece = slice(pos, math.min(end, pos + Window))
+              Compat.updateChecksum(crc, piece.duplicate())
+              while (piece.hasRemaining) dst.write(piece)
+              out.wrotePast(math.min(end, pos + Window) - pos)
+              pos = math.min(end, pos + Window)
+            }
           }
-          out.wrotePast(run.length)
           if (crc.getValue != run.crc) {
-            throw new StaleRun(
-              file,
-              s"the CRC32C of bytes ${run.offset}..${run.offset + run.length} differs"
-            )
+            throw new StaleRun(file, s"the CRC32C of bytes ${run.offset}..$end differs")
           }
         }
       }
+      flush()
     } finally in.close()
   }
 
