@@ -201,7 +201,13 @@ def plot(fig: Figures, file: Path) -> None:
     curve(t, "last compaction", "batchlog", "compaction, batchlog", "s-")
     curve(t, "copy of the compact file", "kernel", "plain copy of the compact file", "k--")
     curve(t, "files(batch)", "batchlog", "files(batch), batchlog (256 MiB)", "^-")
-    t.set(xscale="log", yscale="log", xlabel="live entries", ylabel="ms (best of 3)", title="time")
+    t.set(
+        xscale="log",
+        yscale="log",
+        xlabel="live entries",
+        ylabel="ms (best of the repeats)",
+        title="time",
+    )
     curve(h, "last compaction (peak live heap)", "vanilla", "compaction, vanilla", "o-")
     curve(h, "last compaction (peak live heap)", "batchlog", "compaction, batchlog", "s-")
     curve(h, "list all live files (peak live heap)", "vanilla", "list all files, vanilla", "o:")
