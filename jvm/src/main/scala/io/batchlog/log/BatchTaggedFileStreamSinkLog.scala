@@ -1,7 +1,6 @@
 package io.batchlog.log
 
-import java.io.{BufferedReader, InputStream, InputStreamReader, OutputStream}
-import java.nio.charset.StandardCharsets.UTF_8
+import java.io.{InputStream, OutputStream}
 
 import scala.collection.mutable
 
@@ -232,11 +231,8 @@ class BatchTaggedFileStreamSinkLog(
   /** Fails with a clear error unless log file `logBatchId` starts with the `v1` header. */
   def checkHeader(logBatchId: Long): Unit = {
     val file = batchIdToPath(logBatchId)
-    val in = LogFiles.open(fileManager, file, readWhy(logBatchId))
-    try {
-      val header = new BufferedReader(new InputStreamReader(in, UTF_8)).readLine()
-      if (header != LogFormat.Header) throw BatchLogException.badHeader(file.toString, header)
-    } finally in.close()
+    val header = LogFiles.firstLine(fileManager, file, readWhy(logBatchId))
+    if (header != LogFormat.Header) throw BatchLogException.badHeader(file.toString, header)
   }
 
   /** Calls `fn(line, lineNo)` for each entry line of log file `logBatchId`, header checked. */

@@ -222,9 +222,7 @@ trait CompactIndexReads extends Logging { self: BatchTaggedFileStreamSinkLog =>
         )
         val first = new Array[Byte](LogFormat.Header.length)
         val n = opened.read(0L, first, 0, first.length)
-        LogFiles.requireHeader(first, n, file.toString)(
-          LogFiles.firstLine(checkpointFileManager, file)
-        )
+        LogFiles.requireHeader(first, n, checkpointFileManager, file)
       }
       opened
     }

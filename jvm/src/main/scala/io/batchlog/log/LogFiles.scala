@@ -34,26 +34,27 @@ object LogFiles {
     while (line != null) { n += 1; fn(line, n); line = r.readLine() }
   }
 
-  private val HeaderBytes = LogFormat.Header.getBytes(UTF_8)
+  /** The `v1` header as written, before the first entry line's `\n`. */
+  val HeaderBytes: Array[Byte] = LogFormat.Header.getBytes(UTF_8)
 
   /**
-   * Fails unless the file starts with the `v1` header, given its first bytes (`n` of them read):
-   * what a read through a compact file's index checks, since no run's CRC32C covers the header. The
-   * error is made by `badHeader` from the first line of `fullLine`, read only when needed.
+   * Fails unless `file` starts with the `v1` header, given its first bytes (`n` of them read): what
+   * a read through a compact file's index checks, since no run's CRC32C covers the header. Only
+   * then is the whole first line read, for the error.
    */
-  def requireHeader(first: Array[Byte], n: Int, file: String)(fullLine: => String): Unit =
+  def requireHeader(first: Array[Byte], n: Int, fm: CheckpointFileManager, file: Path): Unit =
     if (
       n < HeaderBytes.length || !java.util.Arrays.equals(
         first.take(HeaderBytes.length),
         HeaderBytes
       )
     ) {
-      throw BatchLogException.badHeader(file, fullLine)
+      throw BatchLogException.badHeader(file.toString, firstLine(fm, file, "its header is checked"))
     }
 
-  /** The first line of `file` (null if it is empty), for an error about its header. */
-  def firstLine(fm: CheckpointFileManager, file: Path): String = {
-    val in = fm.open(file)
+  /** The first line of `file` (null if it is empty); a missing file is said to be needed `why`. */
+  def firstLine(fm: CheckpointFileManager, file: Path, why: => String): String = {
+    val in = open(fm, file, why)
     try new BufferedReader(new InputStreamReader(in, UTF_8)).readLine()
     finally in.close()
   }

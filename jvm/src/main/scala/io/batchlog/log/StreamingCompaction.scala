@@ -54,7 +54,6 @@ trait StreamingCompaction extends Logging { self: BatchTaggedFileStreamSinkLog =
     added
   }
 
-  private val HeaderBytes = LogFormat.Header.getBytes(UTF_8)
   private val NewLine = Array[Byte]('\n')
 
   /** A run of a compact file whose bytes do not match the index compaction copies it by. */
@@ -74,7 +73,7 @@ trait StreamingCompaction extends Logging { self: BatchTaggedFileStreamSinkLog =
       // Bytes straight to the stream (it is buffered), no Writer: each run's offset and CRC are
       // exact at every line, and copied bytes need no re-encoding.
       val counted = new CompactIndex.CountingStream(out, crc)
-      counted.write(HeaderBytes)
+      counted.write(LogFiles.HeaderBytes)
       // Consecutive lines of one batch copied from a batch file are written as one stretch of
       // its bytes, `\n` separators included (`pending`), not line by line.
       var pending: Array[Byte] = null
@@ -220,9 +219,7 @@ trait StreamingCompaction extends Logging { self: BatchTaggedFileStreamSinkLog =
     try {
       val first = java.nio.ByteBuffer.allocate(LogFormat.Header.length)
       val n = in.read(first, 0L)
-      LogFiles.requireHeader(first.array(), n, file.toString)(
-        LogFiles.firstLine(checkpointFileManager, file)
-      )
+      LogFiles.requireHeader(first.array(), n, checkpointFileManager, file)
       val size = in.size()
       var map: java.nio.MappedByteBuffer = null
       var mapStart = 0L
@@ -260,15 +257,14 @@ trait StreamingCompaction extends Logging { self: BatchTaggedFileStreamSinkLog =
               flush(); (run.offset, end)
             }
           } else { // longer than a window: mapped and written piece by piece
-            flush()
             var pos = run.offset
             while (pos < end) {
-              remap(pos, math.min(end, pos + Window))
-              val piece = slice(pos, math.min(end, pos + Window))
-              Compat.updateChecksum(crc, piece.duplicate())
-              while (piece.hasRemaining) dst.write(piece)
-              out.wrotePast(math.min(end, pos + Window) - pos)
-              pos = math.min(end, pos + Window)
+              val pieceEnd = math.min(end, pos + Window)
+              remap(pos, pieceEnd)
+              Compat.updateChecksum(crc, slice(pos, pieceEnd))
+              pending = (pos, pieceEnd)
+              flush()
+              pos = pieceEnd
             }
           }
           if (crc.getValue != run.crc) {
@@ -292,7 +288,7 @@ trait StreamingCompaction extends Logging { self: BatchTaggedFileStreamSinkLog =
     val crc = Compat.crc32c()
     try {
       val n = in.read(0L, buf, 0, LogFormat.Header.length)
-      LogFiles.requireHeader(buf, n, file.toString)(LogFiles.firstLine(checkpointFileManager, file))
+      LogFiles.requireHeader(buf, n, checkpointFileManager, file)
       prev.runs.foreach { run =>
         if (run.batchId.exists(_ < minBatch)) index.dropRun(run)
         else {
