@@ -103,35 +103,48 @@ class LogFormatSuite extends SparkSessionTestBase {
 
   test("readLineBytes ends lines exactly where readLines does, whatever the read sizes") {
     val rnd = new scala.util.Random(7)
-    val pieces = Seq("\n", "\r", "\r\n", "", "{\"a\":1}", "\u00fc\u65e5", "x" * 70000, "\n\n")
-    val texts = Seq("", "v1", "v1\n", "v1\r\n", "v2\nx", "\r\nv1") ++ (1 to 200).map { _ =>
-      "v1" + Seq.fill(rnd.nextInt(12))(pieces(rnd.nextInt(pieces.length))).mkString
-    }
+    val tagged = LogFormat.encode(plainEntry(3L, 1))
+    val pieces = Seq("\n", "\r", "\r\n", "", "{\"a\":1}", "\u00fc\u65e5", "x" * 70000, "\n\n") ++
+      Seq(tagged, tagged, tagged.dropRight(1), tagged.take(30), tagged + "\u00fc", "\n" + tagged)
+    val texts = Seq("", "v1", "v1\n", "v1\r\n", "v2\nx", "\r\nv1", "v1\n" + tagged) ++
+      (1 to 300).map { _ =>
+        "v1" + Seq.fill(rnd.nextInt(12))(pieces(rnd.nextInt(pieces.length))).mkString
+      }
 
     /** A stream that returns at most a few bytes a read, as a network stream may. */
     def trickle(bytes: Array[Byte], most: Int) = new java.io.ByteArrayInputStream(bytes) {
       override def read(b: Array[Byte], off: Int, len: Int): Int =
         super.read(b, off, math.min(len, 1 + rnd.nextInt(most)))
     }
-    for (text <- texts; most <- Seq(1, 5, 1 << 20)) {
+    def fail(t: scala.util.Try[_]) = t.failed.map(_.getMessage).toOption
+    for (text <- texts; most <- Seq(1, 5, 300, 1 << 20); canonical <- Seq(false, true)) {
       val bytes = text.getBytes(java.nio.charset.StandardCharsets.UTF_8)
       val byText = scala.util.Try {
-        val out = Seq.newBuilder[(String, Long)]
-        LogFiles.readLines(trickle(bytes, most), "f")((l, n) => out += ((l, n)))
+        val out = Seq.newBuilder[(String, Long, Long)]
+        LogFiles.readLines(trickle(bytes, most), "f") { (l, n) =>
+          val ascii = l.forall(_ < 128)
+          val batch = if (canonical && ascii && LogFormat.isCanonical(l)) LogFormat.taggedBatch(l)
+          else None
+          out += ((l, n, batch.getOrElse(-1L)))
+        }
         out.result()
       }
       val byBytes = scala.util.Try {
-        val out = Seq.newBuilder[(String, Long)]
-        LogFiles.readLineBytes(trickle(bytes, most), "f") { (b, from, to, n) =>
-          out += ((new String(b, from, to - from, java.nio.charset.StandardCharsets.UTF_8), n))
-        }
+        val out = Seq.newBuilder[(String, Long, Long)]
+        LogFiles.readLineBytes(trickle(bytes, most), "f", canonical)(new LogFiles.LineHandler {
+          def line(b: Array[Byte], from: Int, to: Int, n: Long, batch: Long): Unit =
+            out += ((
+              new String(b, from, to - from, java.nio.charset.StandardCharsets.UTF_8),
+              n,
+              batch
+            ))
+        })
         out.result()
       }
       assert(
         byBytes.map(_.toList) == byText.map(_.toList) ||
-          (byBytes.isFailure && byText.isFailure &&
-            byBytes.failed.get.getMessage == byText.failed.get.getMessage),
-        text.take(80)
+          (byBytes.isFailure && byText.isFailure && fail(byBytes) == fail(byText)),
+        s"$canonical $most ${text.take(80)}"
       )
     }
   }
@@ -139,15 +152,29 @@ class LogFormatSuite extends SparkSessionTestBase {
   test("a line read as bytes is canonical and tagged exactly when its text is, if ASCII") {
     for (p <- awkwardPaths; batch <- Seq(Some(7L), Some(Long.MaxValue), None)) {
       val line = LogFormat.encode(SinkLogEntry(p, 1L, isDir = false, 2L, 1, 3L, "add", batch))
-      for (l <- Seq(line, line.dropRight(1), line + " ", line.replace(",\"size\":1", ""))) {
+      val bad = Seq(line.dropRight(1), line + " ", line.replace(",\"size\":1", ""))
+      for (l <- line +: bad) {
         val bytes = ("#" + l + "#").getBytes(java.nio.charset.StandardCharsets.UTF_8)
-        val view = new LogFormat.AsciiView(bytes, 1, bytes.length - 1)
         val ascii = l.forall(_ < 128)
-        assert(view.toString === l)
-        assert(LogFormat.isCanonical(view) === (ascii && LogFormat.isCanonical(l)), l)
-        assert(LogFormat.taggedBatch(view) === LogFormat.taggedBatch(l), l) // the tail is ASCII
+        val expected =
+          if (ascii && LogFormat.isCanonical(l)) LogFormat.taggedBatch(l).get else -1L
+        assert(LogFormat.canonicalBatch(bytes, 1, bytes.length - 1) === expected, l)
+        // every part of the line: more bytes are needed, or it is already refused
+        val scan = new LogFormat.CanonicalScan()
+        if (l eq line) (1 until bytes.length - 1).foreach { to =>
+          val r = scan.scan(bytes, 1, to)
+          assert(r == LogFormat.CanonicalScan.NeedMore || r == LogFormat.CanonicalScan.NotCanonical)
+          if (expected >= 0) assert(r === LogFormat.CanonicalScan.NeedMore, l.take(to))
+        }
       }
     }
+    // a negative batch id is left to decode; so are the characters outside ASCII in a byte line
+    val neg = LogFormat.encode(plainEntry(1L, 0).copy(batchId = Some(-1L)))
+    assert(!LogFormat.isCanonical(neg))
+    val uni = LogFormat.encode(plainEntry(1L, 0).copy(path = "file:/\u00fc"))
+    assert(LogFormat.isCanonical(uni))
+    val uniBytes = uni.getBytes(java.nio.charset.StandardCharsets.UTF_8)
+    assert(LogFormat.canonicalBatch(uniBytes, 0, uniBytes.length) === -1L)
   }
 
   test("compaction copies canonical batch-file lines as bytes and decodes every other line") {

@@ -111,15 +111,15 @@ object CompactIndex {
 
   /** The bytes of the index at `file`: None if it is missing, Left(reason) if unreadable. */
   def readBytes(fm: CheckpointFileManager, file: Path): Option[Either[String, Array[Byte]]] =
-    if (!fm.exists(file)) None
-    else Some(try {
-      val in = fm.open(file)
-      try Right(Compat.readAllBytes(in))
+    try {
+      val in = LocalPublish.open(fm, file).getOrElse(fm.open(file))
+      try Some(Right(Compat.readAllBytes(in)))
       finally in.close()
     } catch {
-      case _: java.io.FileNotFoundException => return None
-      case NonFatal(e) => Left(s"it cannot be read (${e.getClass.getSimpleName}: ${e.getMessage})")
-    })
+      case _: java.io.FileNotFoundException => None
+      case NonFatal(e) =>
+        Some(Left(s"it cannot be read (${e.getClass.getSimpleName}: ${e.getMessage})"))
+    }
 
   /**
    * The index at `file` beside the compact file of `status`: None if there is none, else the proved
@@ -380,10 +380,7 @@ object CompactIndex {
      */
     def copied(b: Array[Byte], off: Int, len: Int): Unit = { out.write(b, off, len); count += len }
 
-    /** The stream it writes to (for a channel past it: [[LocalPublish.channelOf]]). */
-    def underlying: OutputStream = out
-
-    /** `len` bytes written past this stream, to its underlying file's channel. */
+    /** `len` bytes written past this stream, to its file's channel (a run copied there). */
     def wrotePast(len: Long): Unit = count += len
   }
 }

@@ -60,87 +60,109 @@ object LogFiles {
   }
 
   /**
-   * [[readLines]] without decoding: calls `fn(bytes, from, to, lineNo)` for each line after the
-   * `v1` header, the line being `bytes[from, to)`, its terminator at `to` (the bytes stay where
-   * they are until `beforeMove` is called: a caller may keep several lines and write them as one
-   * stretch). Lines end where `BufferedReader.readLine` ends them (`\n`, `\r` or `\r\n`), so line
-   * numbers are the same.
+   * Receives the lines of [[readLineBytes]]: `line(bytes, from, to, lineNo, batch)` for each line
+   * after the `v1` header, the line being `bytes[from, to)` (its terminator at `to`) and `batch`
+   * its batch if the line was found canonical ([[LogFormat.CanonicalScan]]), else -1. The bytes
+   * stay where they are until `beforeMove` is called: a handler may keep several lines and write
+   * them as one stretch. (A class, not a function: nothing is boxed per line.)
    */
-  def readLineBytes(in: InputStream, file: String, beforeMove: () => Unit = () => ())(
-      fn: (Array[Byte], Int, Int, Long) => Unit
-  ): Unit = new LineSplitter(in, file, beforeMove, fn).run()
+  abstract class LineHandler {
+    def line(bytes: Array[Byte], from: Int, to: Int, lineNo: Long, batch: Long): Unit
+    def beforeMove(): Unit = ()
+  }
+
+  /**
+   * [[readLines]] without decoding. Lines end where `BufferedReader.readLine` ends them (`\n`, `\r`
+   * or `\r\n`), so line numbers are the same. With `canonical`, each line is first scanned as a
+   * canonical log line ([[LogFormat.CanonicalScan]]) in the same pass that finds its end: its bytes
+   * are read once.
+   */
+  def readLineBytes(in: InputStream, file: String, canonical: Boolean)(h: LineHandler): Unit =
+    new LineSplitter(in, file, if (canonical) new LogFormat.CanonicalScan() else null, h).run()
 
   /** [[readLineBytes]]'s state in fields, not in closure-captured (boxed) locals: a hot loop. */
   final private class LineSplitter(
       in: InputStream,
       file: String,
-      beforeMove: () => Unit,
-      fn: (Array[Byte], Int, Int, Long) => Unit
+      scan: LogFormat.CanonicalScan,
+      h: LineHandler
   ) {
+    import LogFormat.CanonicalScan.NeedMore
     private var buf = new Array[Byte](1 << 16)
     private var start = 0 // the current line starts here
     private var end = 0 // bytes read so far
+    private var eof = false
     private var lineNo = 0L // the header is line 1
 
-    private def line(to: Int): Unit = {
-      lineNo += 1
-      if (lineNo == 1) {
-        val header = new String(buf, start, to - start, UTF_8)
-        if (header != LogFormat.Header) throw BatchLogException.badHeader(file, header)
-      } else fn(buf, start, to, lineNo)
+    /** Reads more bytes (making room first); at the end of the stream sets `eof`. */
+    private def fill(): Unit = {
+      if (end == buf.length) {
+        h.beforeMove()
+        if (start > 0) {
+          System.arraycopy(buf, start, buf, 0, end - start); end -= start; start = 0
+        } else buf = java.util.Arrays.copyOf(buf, buf.length * 2)
+      }
+      var n = 0
+      while (n == 0) n = in.read(buf, end, buf.length - end)
+      if (n > 0) end += n else eof = true
     }
+
+    private def isEnd(c: Byte): Boolean = c == '\n' || c == '\r'
 
     def run(): Unit = {
       var skipLf = false // the previous line ended with \r: a \n right after it ends nothing
-      var n = 0
-      while (n >= 0) {
-        if (end == buf.length) { // make room: drop consumed bytes, or grow for a long line
-          beforeMove()
-          if (start > 0) {
-            System.arraycopy(buf, start, buf, 0, end - start); end -= start; start = 0
-          } else buf = java.util.Arrays.copyOf(buf, buf.length * 2)
-        }
-        n = in.read(buf, end, buf.length - end)
-        if (n > 0) {
-          val b = buf
-          var i = end
-          end += n
-          val stop = end
-          if (skipLf && b(i) == '\n') { i += 1; start = i }
+      var searched = 0 // bytes of the current line, from `start`, that hold no line end
+      while (true) {
+        if (start == end && !eof) fill()
+        else if (skipLf) {
+          if (start < end && buf(start) == '\n') start += 1
           skipLf = false
-          while (i < stop) {
-            val c = b(i)
-            if (c == '\n' || c == '\r') {
-              line(i)
-              if (c == '\r') {
-                if (i + 1 < stop) { if (b(i + 1) == '\n') i += 1 }
-                else skipLf = true
-              }
-              start = i + 1
+        } else if (start == end) { // eof
+          if (lineNo == 0) throw BatchLogException.badHeader(file, null)
+          return
+        } else {
+          var to = -1
+          var batch = -1L
+          if (scan != null && lineNo > 0 && searched == 0) {
+            val e = scan.scan(buf, start, end)
+            if (e >= 0 && (if (e < end) isEnd(buf(e)) else eof)) { to = e; batch = scan.batchId }
+            else if ((e == NeedMore || e == end) && !eof) searched = -1 // judge it on more bytes
+          }
+          if (searched < 0) { searched = 0; fill() }
+          else {
+            if (to < 0) {
+              var i = start + searched
+              while (i < end && !isEnd(buf(i))) i += 1
+              if (i < end || eof) to = i
+              else { searched = i - start; fill() }
             }
-            i += 1
+            if (to >= 0) {
+              lineNo += 1
+              if (lineNo == 1) {
+                val header = new String(buf, start, to - start, UTF_8)
+                if (header != LogFormat.Header) throw BatchLogException.badHeader(file, header)
+              } else h.line(buf, start, to, lineNo, batch)
+              searched = 0
+              if (to < end) { skipLf = buf(to) == '\r'; start = to + 1 }
+              else start = to
+            }
           }
         }
       }
-      if (end > start) line(end)
-      if (lineNo == 0) throw BatchLogException.badHeader(file, null)
     }
   }
 
-  def foreachLineBytes(
-      fm: CheckpointFileManager,
-      file: Path,
-      why: => String,
-      beforeMove: () => Unit = () => ()
-  )(fn: (Array[Byte], Int, Int, Long) => Unit): Unit = {
+  def foreachLineBytes(fm: CheckpointFileManager, file: Path, why: => String, canonical: Boolean)(
+      h: LineHandler
+  ): Unit = {
     val in = open(fm, file, why)
-    try readLineBytes(in, file.toString, beforeMove)(fn)
+    try readLineBytes(in, file.toString, canonical)(h)
     finally in.close()
   }
 
   /** Opens `file`; a missing file is a [[BatchLogException]] that says `why` it is needed. */
   def open(fm: CheckpointFileManager, file: Path, why: => String): FSDataInputStream =
-    try fm.open(file)
+    try LocalPublish.open(fm, file).getOrElse(fm.open(file))
     catch {
       case _: FileNotFoundException => throw BatchLogException.missingLogFile(file.toString, why)
     }

@@ -131,14 +131,6 @@ object LogFormat {
 
   def isTagged(line: String): Boolean = taggedBatch(line).isDefined
 
-  /**
-   * True if `line` is a complete, valid tagged entry exactly as [[encode]] writes it: every field
-   * in its order, each of its type, strings well escaped, nothing else. Such a line decodes without
-   * error to the entry it says, so compaction can copy it as text instead of decoding it (a line
-   * for which this is false is decoded: any other valid form, or the error naming a corrupt one).
-   */
-  def isCanonical(line: CharSequence): Boolean = new CanonicalScan(line).ok
-
   /** `s` holds `t` at `at` (String.startsWith for any CharSequence). */
   private def startsWith(s: CharSequence, t: String, at: Int): Boolean =
     at >= 0 && at + t.length <= s.length && {
@@ -148,72 +140,174 @@ object LogFormat {
     }
 
   /**
-   * The bytes `[from, to)` of a line read as bytes, as characters for [[isCanonical]] and
-   * [[taggedBatch]] without decoding them: an ASCII byte is its character; any other byte reads as
-   * NUL, which no canonical line holds, so a line with a non-ASCII byte is decoded instead (UTF-8
-   * checked), never copied unchecked.
+   * True if `line` is a complete, valid tagged entry exactly as [[encode]] writes it: every field
+   * in its order, each of its type, strings well escaped, nothing else. Such a line decodes without
+   * error to the entry it says, so compaction can copy it as text instead of decoding it (a line
+   * for which this is false is decoded: any other valid form, or the error naming a corrupt one).
    */
-  final class AsciiView(bytes: Array[Byte], from: Int, to: Int) extends CharSequence {
-    def length: Int = to - from
-    def charAt(i: Int): Char = { val b = bytes(from + i); if (b < 0) 0.toChar else b.toChar }
-    def subSequence(start: Int, end: Int): CharSequence =
-      new AsciiView(bytes, from + start, from + end)
-    override def toString: String = new String(bytes, from, to - from, UTF_8)
+  def isCanonical(line: String): Boolean = {
+    val b = asciiFolded(line)
+    new CanonicalScan().scan(b, 0, b.length) == b.length
+  }
+
+  /**
+   * The batch of the line `bytes[from, to)` if it is canonical ([[isCanonical]]) and all ASCII,
+   * else -1: a line with a non-ASCII byte is decoded instead (its UTF-8 checked), never copied
+   * unchecked.
+   */
+  def canonicalBatch(bytes: Array[Byte], from: Int, to: Int): Long = {
+    val scan = new CanonicalScan()
+    if (scan.scan(bytes, from, to) == to) scan.batchId else -1L
+  }
+
+  /**
+   * `line` as bytes for [[CanonicalScan]], one per character: an ASCII character is its byte, any
+   * other reads as `x`, a character that is valid inside a JSON string and nowhere else in a line,
+   * so the scan of a String accepts exactly the lines it would accept character by character.
+   */
+  private def asciiFolded(line: String): Array[Byte] = {
+    val b = new Array[Byte](line.length)
+    var i = 0
+    while (i < b.length) {
+      val c = line.charAt(i)
+      b(i) = if (c < 0x80) c.toByte else 'x'
+      i += 1
+    }
+    b
   }
 
   private val PathStart = "{\"path\":\"".length
 
-  final private class CanonicalScan(s: CharSequence) {
-    private var i = 0
-    private var escapes = 0
-    private var pathEscapes = -1
+  /**
+   * Checks that bytes hold a line exactly as [[encode]] writes it for a batch, on the bytes,
+   * without decoding them: compaction checks every batch-file line this way, in the same pass that
+   * finds where the line ends, with no character decoding and no allocation. A byte outside ASCII
+   * is never canonical. After a successful [[scan]], [[batchId]] is the line's batch and
+   * [[pathEnd]] the index of the quote closing its path; one instance is reused line after line.
+   */
+  final class CanonicalScan {
+    import CanonicalScan._
+    var batchId: Long = -1L
     var pathEnd: Int = -1
+    private var escapes = 0
+    private var pathEscapes = 0
 
     /** The path held no escape: its text between the quotes is the path. */
     def plainPath: Boolean = pathEnd > PathStart && pathEscapes == 0
-    private def lit(t: String): Boolean =
-      if (startsWith(s, t, i)) { i += t.length; true }
-      else false
-    private def str(): Boolean = {
-      if (!lit("\"")) return false
-      while (i < s.length) {
-        val c = s.charAt(i)
-        if (c == '"') { i += 1; return true }
-        if (c < ' ') return false
+
+    /**
+     * Scans the line starting at `from`, reading no byte at or past `limit`: the index just past
+     * its closing `}` if the bytes up to there are canonical (the caller checks what follows: the
+     * end of the line), [[CanonicalScan.NotCanonical]], or [[CanonicalScan.NeedMore]] if `limit`
+     * came before the line could be judged (more bytes may make it canonical).
+     */
+    def scan(b: Array[Byte], from: Int, limit: Int): Int = {
+      escapes = 0
+      var i = str(b, lit(b, from, limit, PathKey), limit)
+      if (i < 0) return i
+      pathEnd = i - 1
+      pathEscapes = escapes
+      i = int(b, lit(b, i, limit, SizeKey), limit, 18)
+      i = lit(b, i, limit, IsDirKey)
+      if (i >= 0) {
+        val t = lit(b, i, limit, True)
+        i = if (t == NotCanonical) lit(b, i, limit, False) else t
+      }
+      i = int(b, lit(b, i, limit, ModificationTimeKey), limit, 18)
+      i = int(b, lit(b, i, limit, BlockReplicationKey), limit, 9)
+      i = int(b, lit(b, i, limit, BlockSizeKey), limit, 18)
+      i = str(b, lit(b, i, limit, ActionKey), limit)
+      i = lit(b, i, limit, TagKey)
+      if (i < 0) return i
+      val digits = i
+      i = digitsFrom(b, i, limit, 18) // a batch id: never negative
+      if (i < 0) return i
+      var id = 0L
+      var k = digits
+      while (k < i) { id = id * 10 + (b(k) - '0'); k += 1 }
+      batchId = id
+      lit(b, i, limit, Close)
+    }
+
+    /** `t` at `i` (a negative `i` is a verdict already reached, passed on). */
+    private def lit(b: Array[Byte], i: Int, limit: Int, t: Array[Byte]): Int = {
+      if (i < 0) return i
+      var k = 0
+      while (k < t.length) {
+        if (i + k >= limit) return NeedMore
+        if (b(i + k) != t(k)) return NotCanonical
+        k += 1
+      }
+      i + k
+    }
+
+    /** A JSON string at `i`, escapes checked (and counted); control and non-ASCII bytes refused. */
+    private def str(b: Array[Byte], i0: Int, limit: Int): Int = {
+      if (i0 < 0) return i0
+      if (i0 >= limit) return NeedMore
+      if (b(i0) != '"') return NotCanonical
+      var i = i0 + 1
+      while (i < limit) {
+        val c = b(i)
+        if (c == '"') return i + 1
+        if (c < ' ') return NotCanonical // a control character, or (negative) a non-ASCII byte
         if (c == '\\') {
           escapes += 1
-          if (i + 1 >= s.length) return false
-          s.charAt(i + 1) match {
+          if (i + 1 >= limit) return NeedMore
+          b(i + 1) match {
             case '"' | '\\' | '/' | 'b' | 'f' | 'n' | 'r' | 't' => i += 2
             case 'u' =>
-              if (i + 6 > s.length) return false
+              if (i + 6 > limit) return NeedMore
               var k = i + 2
               while (k < i + 6) {
-                if (Character.digit(s.charAt(k), 16) < 0) return false
+                if (Character.digit(b(k).toInt, 16) < 0) return NotCanonical
                 k += 1
               }
               i += 6
-            case _ => return false
+            case _ => return NotCanonical
           }
         } else i += 1
       }
-      false
+      NeedMore
     }
 
-    /** An integer of at most `maxDigits` digits (no overflow possible), without leading zeros. */
-    private def int(maxDigits: Int): Boolean = {
-      if (i < s.length && s.charAt(i) == '-') i += 1
-      val start = i
-      while (i < s.length && s.charAt(i) >= '0' && s.charAt(i) <= '9') i += 1
+    /** An integer at `i`, maybe negative, of 1 to `maxDigits` digits (no overflow possible). */
+    private def int(b: Array[Byte], i: Int, limit: Int, maxDigits: Int): Int =
+      if (i < 0) i
+      else if (i >= limit) NeedMore
+      else if (b(i) == '-') digitsFrom(b, i + 1, limit, maxDigits)
+      else digitsFrom(b, i, limit, maxDigits)
+
+    /** 1 to `maxDigits` digits at `start`, no leading zero: the index after them. */
+    private def digitsFrom(b: Array[Byte], start: Int, limit: Int, maxDigits: Int): Int = {
+      var i = start
+      while (i < limit && b(i) >= '0' && b(i) <= '9') i += 1
       val n = i - start
-      n >= 1 && n <= maxDigits && (n == 1 || s.charAt(start) != '0')
+      if (i >= limit) NeedMore // more digits may follow
+      else if (n >= 1 && n <= maxDigits && (n == 1 || b(start) != '0')) i
+      else NotCanonical
     }
-    val ok: Boolean =
-      lit("{\"path\":") && str() && { pathEnd = i - 1; pathEscapes = escapes; true } &&
-        lit(",\"size\":") && int(18) && lit(",\"isDir\":") &&
-        (lit("true") || lit("false")) && lit(",\"modificationTime\":") && int(18) &&
-        lit(",\"blockReplication\":") && int(9) && lit(",\"blockSize\":") && int(18) &&
-        lit(",\"action\":") && str() && lit(TagMarker) && int(18) && lit("}") && i == s.length
+  }
+
+  object CanonicalScan {
+
+    /** [[CanonicalScan.scan]]: the bytes are not a canonical line. */
+    final val NotCanonical = -1
+
+    /** [[CanonicalScan.scan]]: the bytes ran out before the line could be judged. */
+    final val NeedMore = -2
+    private def bytes(s: String) = s.getBytes(UTF_8)
+    private val PathKey = bytes("{\"path\":")
+    private val SizeKey = bytes(",\"size\":")
+    private val IsDirKey = bytes(",\"isDir\":")
+    private val True = bytes("true")
+    private val False = bytes("false")
+    private val ModificationTimeKey = bytes(",\"modificationTime\":")
+    private val BlockReplicationKey = bytes(",\"blockReplication\":")
+    private val BlockSizeKey = bytes(",\"blockSize\":")
+    private val ActionKey = bytes(",\"action\":")
+    private val TagKey = bytes(TagMarker)
+    private val Close = bytes("}")
   }
 
   /**
@@ -222,8 +316,11 @@ object LogFormat {
    * with a damaged line, which this never passes over).
    */
   def pathOf(line: String): Option[String] = {
-    val scan = new CanonicalScan(line)
-    if (scan.ok && scan.plainPath) Some(line.substring(PathStart, scan.pathEnd)) else None
+    val b = asciiFolded(line)
+    val scan = new CanonicalScan()
+    if (scan.scan(b, 0, b.length) == b.length && scan.plainPath)
+      Some(line.substring(PathStart, scan.pathEnd))
+    else None
   }
 
   /**
