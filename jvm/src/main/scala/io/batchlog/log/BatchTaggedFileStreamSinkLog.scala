@@ -188,35 +188,46 @@ class BatchTaggedFileStreamSinkLog(
       val minBatchId = currentBatchId + 1 - minBatchesToRetain
       val minCompactionBatchId = minBatchId - (minBatchId % compactInterval) - 1
       val expiredTime = System.currentTimeMillis() - fileCleanupDelayMs
-      def logName(p: Path): String =
-        if (CompactIndex.isIndexFile(p.getName)) p.getName.stripSuffix(CompactIndex.Suffix)
-        else p.getName
-      def expired(p: Path): Boolean =
-        isBatchFile(new Path(p.getParent, logName(p))) &&
-          getBatchIdFromFileName(logName(p)) < minCompactionBatchId
+      val (lastCut, youngest) = lastSweep
+      // A writer adds log files above the cut: with the cut where it was, the files below it are
+      // the ones the last sweep kept, and none of them has expired yet. (One another process put
+      // below the cut, as `repair` may, is swept when the cut next moves.)
+      if (minCompactionBatchId == lastCut && expiredTime < youngest) return
+      def expired(name: String): Boolean = LogLayout.idOfName(name).exists(_ < minCompactionBatchId)
       // An index before its compact file: a crash between leaves a compact file without an
       // index (rebuilt when read), never an index without its compact file.
-      def order(f: (Path, Long)) =
-        (getBatchIdFromFileName(logName(f._1)), !CompactIndex.isIndexFile(f._1.getName))
+      def order(f: (String, Long)) =
+        (LogLayout.idOfName(f._1).get, !CompactIndex.isIndexFile(f._1))
       // On a local disk a listing builds a Hadoop status (several system calls) for every file of
-      // the log, and every batch pays it: names first, and one stat for the age of each file
-      // below the cut.
-      val dir = metadataFs.makeQualified(metadataPath)
-      val candidates: Seq[(Path, Long)] =
-        LocalPublish.localFile(checkpointFileManager, dir) match {
+      // the log: names first, and one stat for the age of each file below the cut.
+      val candidates: Seq[(String, Long)] =
+        LocalPublish.localFile(
+          checkpointFileManager,
+          metadataFs.makeQualified(metadataPath)
+        ) match {
           case Some(local) =>
-            Option(local.list()).toSeq.flatten.map(n => new Path(dir, n)).filter(expired)
-              .map(p => (p, new java.io.File(local, p.getName).lastModified()))
+            Option(local.list()).toSeq.flatten.filter(expired)
+              .map(n => (n, new java.io.File(local, n).lastModified()))
               .filter(_._2 > 0) // 0: gone meanwhile
           case None =>
-            fileManager.list(metadataPath, (p: Path) => expired(p)).toSeq
-              .map(f => (f.getPath, f.getModificationTime))
+            fileManager.list(metadataPath, (p: Path) => expired(p.getName)).toSeq
+              .map(f => (f.getPath.getName, f.getModificationTime))
         }
-      candidates.sortBy(order).foreach { case (path, mtime) =>
-        if (mtime <= expiredTime) fileManager.delete(path)
+      var kept = Long.MaxValue
+      candidates.sortBy(order).foreach { case (name, mtime) =>
+        if (mtime <= expiredTime) fileManager.delete(new Path(metadataPath, name))
+        else kept = math.min(kept, mtime)
       }
+      lastSweep = (minCompactionBatchId, kept)
     }
   }
+
+  /**
+   * The cut of the last sweep of expired log files, and the modification time of the oldest file it
+   * kept below that cut (none: `Long.MaxValue`): until the cut moves (every `compactInterval`
+   * batches) or that file expires, a sweep would find nothing to delete, and it lists the log.
+   */
+  @volatile private var lastSweep = (-1L, Long.MaxValue)
 
   // ---- reading -------------------------------------------------------------------------------
 

@@ -7,7 +7,13 @@ import java.util.UUID
 import scala.util.control.NonFatal
 
 import org.apache.hadoop.conf.Configuration
-import org.apache.hadoop.fs.{FileAlreadyExistsException, HardLink, Path, RawLocalFileSystem}
+import org.apache.hadoop.fs.{
+  FileAlreadyExistsException,
+  FSDataInputStream,
+  HardLink,
+  Path,
+  RawLocalFileSystem
+}
 import org.apache.hadoop.io.IOUtils
 
 import io.batchlog.shim.CheckpointFileManager
@@ -102,6 +108,18 @@ private[log] object LocalPublish {
    */
   def localFile(fm: CheckpointFileManager, file: Path): Option[File] =
     if (applies(fm, file)) Some(fileOf(file)) else None
+
+  /**
+   * `file` opened for reading as the manager would read it, minus its per-call cost (Hadoop's
+   * `FileContext` resolves the path and probes the checksum side file on every open, about 0.1 ms a
+   * file on the local disk, paid for each batch file a compaction reads): the raw local file, when
+   * it has no `.crc` side file. None (read through the manager, which checks that side file) if it
+   * has one, or on any other file system or manager. A missing file is `FileNotFoundException`.
+   */
+  def open(fm: CheckpointFileManager, file: Path): Option[FSDataInputStream] =
+    if (!applies(fm, file)) None
+    else if (fileOf(new Path(file.getParent, s".${file.getName}.crc")).exists()) None
+    else Some(raw.open(file, 1 << 16))
 
   /**
    * The channel of a stream this object writes, flushed, to write bytes past the stream's buffer

@@ -65,6 +65,17 @@ object LogLayout {
   /** The name of log file `id` in a log compacted every `interval` batches. */
   def fileName(id: Long, interval: Int): String = fileName(id, isCompactionBatch(id, interval))
 
+  /**
+   * The batch of log file `name` (`N` or `N.compact`), or of the compact index beside one; None for
+   * any other name. Read from the characters, not by catching a parse error: a sweep of the log
+   * reads every name in it, every batch.
+   */
+  def idOfName(name: String): Option[Long] = {
+    val log = name.stripSuffix(CompactIndex.Suffix).stripSuffix(COMPACT_FILE_SUFFIX)
+    if (log.isEmpty || log.length > 18 || !log.forall(c => c >= '0' && c <= '9')) None
+    else Some(log.toLong)
+  }
+
   /** True for a compact file's name (`N.compact`). */
   def isCompactName(name: String): Boolean = name.endsWith(COMPACT_FILE_SUFFIX)
 
