@@ -83,6 +83,42 @@ class SinkLogCompactionSuite extends SparkSessionTestBase {
     }
   }
 
+  test(
+    "with a cleanup delay, files below an unmoved cut are deleted once they expire, as Spark's"
+  ) {
+    // The sweep skips itself while its cut stays and nothing it kept has expired: it must still
+    // delete what expires meanwhile. Batches 0..8 are written well within the delay; the cut of
+    // batches 8 and 9 is the same (5): batch 9, after the delay, must delete what batch 8 kept.
+    withTempDir { root =>
+      val vDir = new File(root, "vanilla")
+      val oDir = new File(root, "ours")
+      withSQLConf(
+        CompactIntervalKey -> "3",
+        MinBatchesToRetainKey -> "2",
+        CleanupDelayKey -> "3000ms"
+      ) {
+        val v = vanilla(vDir)
+        val o = ours(oDir)
+        def add(b: Long): Unit = {
+          val es = entriesOf(b, 2)
+          assert(v.add(b, es.map(_.toSinkFileStatus)))
+          assert(o.add(b, es))
+        }
+        val start = System.nanoTime()
+        (0L to 8L).foreach(add)
+        val built = (System.nanoTime() - start) / 1000000
+        assume(built < 2500, s"the batches took $built ms to write: the delay passed meanwhile")
+        assert(logFileNames(oDir) === expectedNames(0 until 9, 3))
+        assert(logFileNames(oDir) === logFileNames(vDir))
+        Thread.sleep(3500)
+        add(9L)
+        assert(logFileNames(oDir) === logFileNames(vDir))
+        assert(logFileNames(oDir) === expectedNames(5 until 10, 3))
+        assertIndexed(oDir)
+      }
+    }
+  }
+
   test("compact interval is derived from existing compact files as Spark does") {
     withTempDir { root =>
       // zero, one and two-or-more compact files
