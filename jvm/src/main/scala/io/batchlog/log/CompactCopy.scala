@@ -50,6 +50,7 @@ private[batchlog] object CompactCopy {
       index: CompactIndex.Builder,
       minBatch: Long
   ): Unit = {
+    held.release() // a copy still running (one compact file a compaction: none) ends first
     val local = for {
       src <- LocalPublish.localFile(fm, file)
       dst <- LocalPublish.channelOf(held.file)
@@ -191,6 +192,7 @@ private[batchlog] object CompactCopy {
     private val held = new java.io.ByteArrayOutputStream(1 << 16)
     private val most = heldBytes
 
+    /** Holds what is written from now until `c` is done ([[copyRuns]] released any before). */
     def holdFor(c: Background): Unit = copy = c
 
     override def write(b: Int): Unit = write(Array(b.toByte), 0, 1)
