@@ -1,10 +1,14 @@
-"""Storage servers for the storage tests, started by the tests themselves: a single-node HDFS
-(Hadoop's ``MiniDFSCluster`` in its own JVM, ``tests/servers/MiniHdfs.java``) on a free loopback
-port, stopped by PID; and what a test needs to look at a sink on it from outside (Hadoop's own
-``FileSystem``, through the session's JVM: nothing is read from the local disk).
+"""Storage servers for the storage tests, started by the tests themselves on free loopback ports
+and stopped by PID: a single-node HDFS (Hadoop's ``MiniDFSCluster`` in its own JVM,
+``tests/servers/MiniHdfs.java``) and an S3-compatible store (moto in server mode,
+``tests/servers/s3_server.py``, reached through ``s3a://``); and what a test needs to look at a
+sink there from outside (Hadoop's own ``FileSystem``, through the session's JVM: nothing is read
+from the local disk).
 
 ``dev/setup`` fetches ``hadoop-client-minicluster`` of the Hadoop inside pyspark into
-``.tools/storage``; the cluster runs on pyspark's own Hadoop client jars plus that one.
+``.tools/storage`` (the cluster runs on pyspark's own Hadoop client jars plus that one), and
+hadoop-aws with its AWS SDK into ``.tools/storage/s3a``, which ``support.get_spark`` puts on the
+test session's driver class path.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +25,7 @@ from pathlib import Path
 import pyspark
 import pytest
 from pyspark.sql import SparkSession
-from support import REPO
+from support import REPO, S3A_CLASSPATH
 
 PYSPARK_JARS = Path(pyspark.__file__).parent / "jars"
 STORAGE_TOOLS = REPO / ".tools" / "storage"
@@ -43,7 +48,7 @@ def minicluster_jar() -> Path:
     return jar
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
+def stop_server(proc: subprocess.Popen[bytes]) -> None:
     """Stops the server's process group (the JVM and anything it forked) by PID."""
     if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGTERM)
@@ -52,6 +57,91 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(30)
+
+
+def _wait_ready(proc: subprocess.Popen[bytes], ready: Path, log: Path, what: str) -> str:
+    deadline = time.monotonic() + 180
+    while not ready.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"{what} did not start:\n{log.read_text()[-4000:]}")
+        time.sleep(0.1)
+    return ready.read_text().strip()
+
+
+def start_s3(root: Path) -> tuple[subprocess.Popen[bytes], str, Path]:
+    """Starts moto in server mode (its own process group) with its request log in ``root``;
+    returns the process, its endpoint ``http://127.0.0.1:<port>`` and the log."""
+    root.mkdir(parents=True, exist_ok=True)
+    ready, log = root / "ready", root / "requests.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, str(REPO / "tests" / "servers" / "s3_server.py"), str(ready)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        return proc, _wait_ready(proc, ready, log, "the S3 server (moto)"), log
+    except BaseException:
+        stop_server(proc)
+        raise
+
+
+#: The bucket the S3 tests write to (created by the ``s3`` fixture).
+S3_BUCKET = "batchlog-tests"
+
+
+def s3a_conf(endpoint: str) -> dict[str, str]:
+    """Hadoop settings for ``s3a://`` on the moto server at ``endpoint`` (path-style, no TLS)."""
+    return {
+        "fs.s3a.endpoint": endpoint,
+        "fs.s3a.endpoint.region": "us-east-1",
+        "fs.s3a.path.style.access": "true",
+        "fs.s3a.connection.ssl.enabled": "false",
+        "fs.s3a.access.key": "testing",
+        "fs.s3a.secret.key": "testing",
+        "fs.s3a.aws.credentials.provider": "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider",
+    }
+
+
+def create_bucket(endpoint: str, bucket: str) -> None:
+    import boto3  # moto[server] brings it
+
+    boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    ).create_bucket(Bucket=bucket)
+
+
+def cli_conf(store: str, spark: SparkSession) -> list[str]:
+    """``--conf`` arguments (they go before the command) that let the CLI's own session reach ``store`` as the test's does."""
+    if not store.startswith("s3a://"):
+        return []
+    hconf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
+    args = ["--conf", f"spark.driver.extraClassPath={S3A_CLASSPATH}"]
+    for k in s3a_conf("").keys():
+        args += ["--conf", f"spark.hadoop.{k}={hconf.get(k)}"]
+    return args
+
+
+@pytest.fixture(scope="session")
+def s3(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``s3a://batchlog-tests`` on an S3-compatible server (moto) started for the session; the
+    session's Hadoop configuration points ``s3a://`` at it."""
+    if not Path(S3A_CLASSPATH).parent.is_dir():
+        pytest.fail(f"{S3A_CLASSPATH} is missing: run `dev/setup` in {REPO}", pytrace=False)
+    proc, endpoint, _ = start_s3(tmp_path_factory.mktemp("s3"))
+    try:
+        create_bucket(endpoint, S3_BUCKET)
+        hconf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
+        for k, v in s3a_conf(endpoint).items():
+            hconf.set(k, v)
+        yield f"s3a://{S3_BUCKET}"
+    finally:
+        stop_server(proc)
 
 
 @pytest.fixture(scope="session")
@@ -78,14 +168,9 @@ def hdfs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             start_new_session=True,  # its own process group: stopped whole, by PID
         )
     try:
-        deadline = time.monotonic() + 180
-        while not ready.exists():
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"MiniHdfs did not start:\n{log.read_text()[-4000:]}")
-            time.sleep(0.2)
-        yield ready.read_text().strip()
+        yield _wait_ready(proc, ready, log, "MiniHdfs")
     finally:
-        _stop(proc)
+        stop_server(proc)
 
 
 class RemoteFs:
@@ -114,6 +199,15 @@ class RemoteFs:
         while it.hasNext():
             out.append(str(it.next().getPath().toString()))
         return sorted(out)
+
+    def delete(self, uri: str) -> None:
+        self._fs.delete(self._path(uri), True)
+
+    def copy(self, src: str, dst: str) -> None:
+        """Copies one file within the store (as a leftover of a failed task would be there)."""
+        fs_util = self._jvm.org.apache.hadoop.fs.FileUtil
+        conf = self._fs.getConf()
+        assert fs_util.copy(self._fs, self._path(src), self._fs, self._path(dst), False, conf)
 
     def data_files_by_batch(self, out: str) -> dict[int, set[str]]:
         """The sink's data files whose batch-tagged names say which batch wrote them."""

@@ -63,14 +63,20 @@ def halt_after_rewind_step_confs(step: str) -> list[str]:
     ]
 
 
+#: hadoop-aws and its AWS SDK (``dev/setup`` fetches them): ``s3a://`` for the S3 tests.
+S3A_CLASSPATH = str(REPO / ".tools" / "storage" / "s3a" / "*")
+
+
 def get_spark() -> SparkSession:
-    """The one session of the test process: local[2], the batchlog jar, quiet logs."""
+    """The one session of the test process: local[2], the batchlog jar, quiet logs, and
+    ``s3a://`` on its driver's class path (the ``s3`` fixture points it at its server)."""
     spark = (
         batchlog.configure(SparkSession.builder)
         .master("local[2]")
         .appName("batchlog-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.extraClassPath", S3A_CLASSPATH)
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")

@@ -1,0 +1,182 @@
+"""batchlog on real storage: HDFS (a single-node ``MiniDFSCluster``) and an S3-compatible store
+(moto, through ``s3a://``), both started by the tests (``storage_support``). The sink and the
+checkpoint are on the store, the input on the local disk. Everything a sink's owner does, and the
+rows read back exactly:
+
+- a stateful query (``dropDuplicates``, partitioned parquet) with compactions; ``files(b)``,
+  ``batch_of``, ``entries``, read by batch; ``verify``;
+- a rewind of sink, checkpoint and state (dry run first), and the same query replays exactly once
+  (with the state not rewound, ``dropDuplicates`` would drop the replayed rows);
+- ``vacuum`` of a leftover data file; ``repair`` of a deleted ``_spark_metadata``; ``adopt`` of a
+  sink plain Spark wrote there; the CLI on the store's paths.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import batchlog
+import pytest
+from conftest import (
+    COMMIT_PROTOCOL_KEY,
+    COMPACT_INTERVAL_KEY,
+    VANILLA_COMMIT_PROTOCOL,
+    drop_inputs,
+    row_tuples,
+)
+from pyspark.sql import SparkSession
+from storage_support import RemoteFs, cli_conf, hdfs, s3  # noqa: F401  (the fixtures)
+from support import LEASE_FILE, QUERY_TIMEOUT_S, run_cli, session_conf, wait_until
+
+BATCHES = 7  # compactInterval 3: compact files 2 and 5
+REWIND_TO = 4
+
+
+@pytest.fixture(params=["hdfs", "s3"])
+def store(request: pytest.FixtureRequest) -> str:
+    """A fresh directory on the store (``hdfs://...`` or ``s3a://...``)."""
+    root: str = request.getfixturevalue(request.param)
+    return f"{root}/t-{uuid.uuid4().hex[:8]}"
+
+
+def rows_of(batch: int) -> list[dict[str, object]]:
+    """Three input rows per batch, ids unique across batches, two countries."""
+    return [
+        {"id": batch * 100 + i, "country": "NL" if i % 2 else "FR", "amount": batch}
+        for i in range(3)
+    ]
+
+
+def expected(batches: range) -> list[tuple]:
+    return row_tuples(r for b in batches for r in rows_of(b))
+
+
+def run_query(
+    spark: SparkSession, fs: RemoteFs, inbox: Path, out: str, chk: str, stateful: bool = True
+) -> list[int]:
+    """Runs the query over the input (availableNow, one file a batch); returns its batch ids once
+    its writer lease is gone from the store."""
+    events = (
+        spark.readStream.schema("id LONG, country STRING, amount LONG")
+        .option("maxFilesPerTrigger", 1)
+        .json(str(inbox))
+    )
+    if stateful:
+        events = events.dropDuplicates(["id"])
+    query = (
+        events.writeStream.format("parquet")
+        .option("checkpointLocation", chk)
+        .partitionBy("country")
+        .trigger(availableNow=True)
+        .start(out)
+    )
+    try:
+        assert query.awaitTermination(QUERY_TIMEOUT_S), f"the query on {out} ran too long"
+    finally:
+        if query.isActive:
+            query.stop()
+    assert query.exception() is None, query.exception()
+    lease = f"{out}/_spark_metadata/{LEASE_FILE}"
+    wait_until(lambda: not fs.exists(lease), 30, f"{lease} to go after its query")
+    return [int(p["batchId"]) for p in query.recentProgress]
+
+
+def rows(spark: SparkSession, out: str) -> list[tuple]:
+    """The sink's rows as plain Spark's reader sees them (through ``_spark_metadata``)."""
+    return row_tuples(r.asDict() for r in spark.read.parquet(out).collect())
+
+
+def test_sink_on_store_query_rewind_replay_vacuum_repair_adopt_cli(
+    spark: SparkSession, store: str, tmp_path: Path
+) -> None:
+    inbox = tmp_path / "in"
+    out, chk = f"{store}/out", f"{store}/chk"
+    fs = RemoteFs(spark, store)
+    drop_inputs(inbox, {b: rows_of(b) for b in range(BATCHES)})
+    confs = {COMMIT_PROTOCOL_KEY: batchlog.COMMIT_PROTOCOL_CLASS, COMPACT_INTERVAL_KEY: "3"}
+    with session_conf(spark, {**confs, "spark.sql.shuffle.partitions": "1"}):
+        # 1. a stateful query with compactions; reads by batch from the log on the store
+        assert run_query(spark, fs, inbox, out, chk) == list(range(BATCHES))
+        assert fs.log_names(out) == ["0", "1", "2.compact", "3", "4", "5.compact", "6"]
+        assert "5.compact.index" in fs.names(f"{out}/_spark_metadata")
+        written = fs.data_files_by_batch(out)
+        assert sorted(written) == list(range(BATCHES))
+        assert all(len(files) == 2 for files in written.values())  # one file per country
+        log = batchlog.SinkLog(spark, out)
+        assert log.latest_batch() == BATCHES - 1 and log.batches() == list(range(BATCHES))
+        assert {b: set(log.files(b)) for b in range(BATCHES)} == written
+        assert all(log.batch_of(f) == b for b, files in written.items() for f in files)
+        by_batch = log.entries().groupBy("batchId").count().collect()
+        assert sorted((r["batchId"], r["count"]) for r in by_batch) == [
+            (b, 2) for b in range(BATCHES)
+        ]
+        read_5 = batchlog.read(spark, out, "parquet", from_batch=5, to_batch=5).collect()
+        assert sorted(r["id"] for r in read_5) == [500, 501, 502]
+        assert rows(spark, out) == expected(range(BATCHES))
+        report = batchlog.verify(spark, out)
+        assert report.healthy and not report.orphans, report
+
+        # 2. rewind sink, checkpoint and state to 4 (a dry run first), and replay exactly once
+        dry = batchlog.rewind(spark, out, chk, to_batch=REWIND_TO, dry_run=True, quiet=True)
+        assert dry.plan.affected_batches == [4, 5, 6]
+        assert dry.plan.data_files == 6
+        assert fs.data_files_by_batch(out) == written  # a dry run changes nothing
+        done = batchlog.rewind(spark, out, chk, to_batch=REWIND_TO, quiet=True)
+        assert done.result is not None and done.result.data_files_deleted == 6, done
+        assert sorted(fs.data_files_by_batch(out)) == [0, 1, 2, 3]
+        assert fs.log_names(out) == ["0", "1", "2.compact", "3"]
+        assert rows(spark, out) == expected(range(REWIND_TO))
+        assert run_query(spark, fs, inbox, out, chk) == [4, 5, 6]
+        assert rows(spark, out) == expected(range(BATCHES))
+        replayed = fs.data_files_by_batch(out)
+        assert {b: replayed[b] for b in range(REWIND_TO)} == {
+            b: written[b] for b in range(REWIND_TO)
+        }
+        assert {b: set(log.files(b)) for b in range(BATCHES)} == replayed
+
+        # 3. vacuum deletes a leftover data file the log does not list, and nothing else
+        src = sorted(replayed[2])[0]
+        leftover = src.rsplit("/", 1)[0] + f"/part-00009-batch-2-{uuid.uuid4()}.c000.snappy.parquet"
+        fs.copy(src, leftover)
+        vac = batchlog.vacuum(spark, out, older_than="0s", dry_run=False, quiet=True)
+        assert (vac.orphan_files, vac.deleted_files) == (1, 1), vac
+        assert not fs.exists(leftover)
+        assert fs.data_files_by_batch(out) == replayed
+
+        # 4. repair rebuilds a deleted _spark_metadata from the batch-tagged names
+        fs.delete(f"{out}/_spark_metadata")
+        fixed = batchlog.repair(spark, out, quiet=True)
+        assert fixed.written and fixed.data_files == 2 * BATCHES, fixed
+        assert batchlog.verify(spark, out).healthy
+        assert {b: set(batchlog.SinkLog(spark, out).files(b)) for b in range(BATCHES)} == replayed
+        assert rows(spark, out) == expected(range(BATCHES))
+
+    # 5. adopt a sink plain Spark wrote on the store
+    plain_out, plain_chk = f"{store}/plain-out", f"{store}/plain-chk"
+    with session_conf(
+        spark,
+        {
+            COMMIT_PROTOCOL_KEY: VANILLA_COMMIT_PROTOCOL,
+            COMPACT_INTERVAL_KEY: "3",
+            "spark.sql.shuffle.partitions": "1",
+        },
+    ):
+        ran = run_query(spark, fs, inbox, plain_out, plain_chk, stateful=False)
+    assert ran == list(range(BATCHES))
+    plain_files = [f for f in fs.files(plain_out) if f.endswith(".parquet")]
+    assert len(plain_files) == 2 * BATCHES and not any("-batch-" in f for f in plain_files)
+    adopted = batchlog.adopt(spark, plain_out, quiet=True)
+    assert adopted.entries_untagged == 0, adopted
+    entries = batchlog.SinkLog(spark, plain_out).entries().collect()
+    assert sorted(e["batchId"] for e in entries) == sorted(list(range(BATCHES)) * 2)
+    assert rows(spark, plain_out) == expected(range(BATCHES))
+
+    # 6. the CLI, in its own process, on the store's paths
+    conf = cli_conf(store, spark)
+    files_4 = run_cli(*conf, "files", out, "--batch", "4")
+    assert files_4.returncode == 0, files_4.stderr[-3000:]
+    assert {ln.strip() for ln in files_4.stdout.splitlines() if ln.strip()} == replayed[4]
+    for args in (("verify", out), ("inspect", out)):
+        proc = run_cli(*conf, *args)
+        assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
