@@ -117,7 +117,8 @@ def create_bucket(endpoint: str, bucket: str) -> None:
 
 
 def cli_conf(store: str, spark: SparkSession) -> list[str]:
-    """``--conf`` arguments (they go before the command) that let the CLI's own session reach ``store`` as the test's does."""
+    """``--conf`` arguments (they go before the command) that let the CLI's own session reach
+    ``store`` as the test's does."""
     if not store.startswith("s3a://"):
         return []
     hconf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]

@@ -1,6 +1,7 @@
 """batchlog on a real standalone cluster: master and worker on loopback, started from pyspark's own
 ``bin/spark-class``, and an application submitted with ``spark-submit --jars``, so the tasks that
-write the sink run in executor JVMs separate from the driver that commits the log."""
+write the sink run in executor JVMs separate from the driver that commits the log; its sink on the
+local disk, then on HDFS (a single-node cluster, ``storage_support.hdfs``)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ from conftest import (
     tagged_files_by_batch,
 )
 from pyspark.sql import SparkSession
+from storage_support import RemoteFs, hdfs  # noqa: F401  (the fixture)
 from support import poll
 
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
@@ -274,3 +276,34 @@ def test_spark_submit_to_standalone_cluster(
     [plain] = read_back_plain([("parquet", str(out))])
     assert plain["count"] == 4 * BATCHES
     assert row_tuples(plain["rows"]) == row_tuples(r for rows in inputs.values() for r in rows)
+
+
+def test_spark_submit_to_standalone_cluster_writing_to_hdfs(
+    cluster: Cluster, batchlog_jar: str, spark: SparkSession, hdfs: str, tmp_path: Path
+) -> None:
+    """The same application with its sink and checkpoint on HDFS: executors write the data files
+    there, the driver commits the log there, and the test reads it back through the store."""
+    inbox, out, chk = tmp_path / "input", f"{hdfs}/cluster/out", f"{hdfs}/cluster/chk"
+    inputs = {b: batch_rows(b, b % 3 + 1) for b in range(BATCHES)}
+    drop_inputs(inbox, inputs)
+
+    proc = spark_submit(cluster, batchlog_jar, str(inbox), out, chk)
+    assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr[-8000:]}"
+    result = _result_line(proc.stdout)
+    assert result is not None and result["batches"] == list(range(BATCHES)), proc.stdout
+    assert result["executors"] == 2
+
+    fs = RemoteFs(spark, hdfs)
+    assert fs.log_names(out) == ["0", "1.compact", "2", "3.compact", "4"]
+    by_batch = fs.data_files_by_batch(out)
+    assert {b: len(paths) for b, paths in by_batch.items()} == {
+        b: b % 3 + 1 for b in range(BATCHES)
+    }
+    log = batchlog.SinkLog(spark, out)
+    assert log.batches() == list(range(BATCHES))
+    assert {b: set(log.files(b)) for b in range(BATCHES)} == by_batch
+    assert batchlog.verify(spark, out).healthy
+    rows = spark.read.parquet(out).collect()
+    assert row_tuples(r.asDict() for r in rows) == row_tuples(
+        r for batch in inputs.values() for r in batch
+    )
