@@ -193,10 +193,19 @@ object LogFiles {
   def publish(fm: CheckpointFileManager, file: Path, overwrite: Boolean)(
       fn: java.io.OutputStream => Unit
   ): Unit = {
-    // On the local disk, without forking processes (see LocalPublish); elsewhere, the manager's way.
-    if (LocalPublish.applies(fm, file))
-      LocalPublish.publish(file, overwrite)(fn)(viaManager(fm, file, overwrite))
-    else viaManager(fm, file, overwrite)(fn)
+    // On the local disk, without forking processes (see LocalPublish); on an object store, as one
+    // upload (see ObjectStorePublish); elsewhere, the manager's way.
+    val store =
+      if (LocalPublish.applies(fm, file) || !ObjectStorePublish.applies(fm)) None
+      else ObjectStorePublish.storeOf(file)
+    store match {
+      case Some(fs) if overwrite => ObjectStorePublish.publish(fs, file)(fn)
+      case Some(fs) if ObjectStorePublish.canCreateOnce(fs, file) =>
+        ObjectStorePublish.publishOnce(fs, file)(fn)
+      case _ if LocalPublish.applies(fm, file) =>
+        LocalPublish.publish(file, overwrite)(fn)(viaManager(fm, file, overwrite))
+      case _ => viaManager(fm, file, overwrite)(fn)
+    }
   }
 
   private def viaManager(fm: CheckpointFileManager, file: Path, overwrite: Boolean)(
@@ -207,8 +216,24 @@ object LogFiles {
       fn(out)
       out.close()
     } catch {
+      case e: org.apache.hadoop.fs.FileAlreadyExistsException if !overwrite =>
+        // The rename onto an existing file was refused, and Spark's stream keeps its temp file
+        removeTempFiles(fm, file)
+        throw e
       case e: Throwable => out.cancel(); throw e
     }
+  }
+
+  /**
+   * Deletes the temp files of `file` that Spark's managers name `.<name>.<uuid>.tmp` (with a task
+   * suffix sometimes) beside it: after a refused write-once publish, they are all doomed (the file
+   * exists, and only a write that must not replace it ever writes a log file's name).
+   */
+  private def removeTempFiles(fm: CheckpointFileManager, file: Path): Unit = {
+    val temp = ("\\." + java.util.regex.Pattern.quote(file.getName) +
+      "\\.[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}(\\.TID[0-9]+)?\\.tmp").r.pattern
+    fm.list(file.getParent, (p: Path) => temp.matcher(p.getName).matches())
+      .foreach(st => fm.delete(st.getPath))
   }
 
   /** A log file (`v1` header, then what `fn` writes), published atomically ([[publish]]). */

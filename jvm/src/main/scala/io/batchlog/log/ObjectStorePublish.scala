@@ -1,0 +1,112 @@
+package io.batchlog.log
+
+import java.io.OutputStream
+import java.util.concurrent.ConcurrentHashMap
+
+import scala.util.control.NonFatal
+
+import org.apache.hadoop.fs.{Abortable, FileSystem, Path}
+
+import org.apache.spark.sql.SparkSession
+
+/**
+ * Overwriting writes of batchlog's own small files (the JSON records beside the log, compact
+ * indexes) on an object store, as one upload.
+ *
+ * Why: through a `CheckpointFileManager`, an atomic write is a temp file and a rename, and on S3 a
+ * rename is a copy and a delete, each with its probes: about 20 requests for every lease refresh,
+ * record update and index, measured against an S3-compatible server (`bench/requests.py`).
+ *
+ * How, with the same guarantee: an object store makes an object visible whole when its upload
+ * completes (on `close`), never a part, and replaces the previous one in the same step; so the temp
+ * file and the rename add nothing. A write that fails before `close` is aborted (Hadoop's
+ * `Abortable`): nothing is uploaded and the previous object stays. A store says it behaves so with
+ * the `fs.capability.outputstream.abortable` path capability (S3A and the other cloud connectors);
+ * HDFS and the local disk do not, and keep the manager's atomic rename. S3A's create-performance
+ * option skips its probes for a directory at the path (none of these names is ever one).
+ *
+ * Log files `N` / `N.compact` must not replace an existing file (a second writer's). Where the
+ * store can refuse that itself, in the same request (S3A from Hadoop 3.5: a conditional upload,
+ * `If-None-Match: *`, the `fs.option.create.conditional.overwrite` path capability), they are one
+ * upload too ([[publishOnce]]): atomic, where the manager's temp file and rename check for the
+ * target first and then copy, which two writers can both pass on S3. Elsewhere they go through the
+ * manager, as Spark's. A store that takes the header but ignores it must turn the capability off
+ * (`fs.s3a.create.conditional.enabled=false`, S3A's own advice for such stores).
+ */
+private[log] object ObjectStorePublish {
+
+  val AbortableStream = "fs.capability.outputstream.abortable"
+  val ConditionalCreate = "fs.option.create.conditional.overwrite"
+  private val CreatePerformance = "fs.s3a.create.performance"
+
+  /**
+   * True for Spark's own managers: one set with `spark.sql.streaming.checkpointFileManagerClass`
+   * (such as the test kit's fault-injecting one) is always used as it is.
+   */
+  def applies(fm: io.batchlog.shim.CheckpointFileManager): Boolean =
+    fm.getClass.getName.startsWith("org.apache.spark.")
+
+  /** By `scheme://authority`: the store's file system, if it publishes whole on close. */
+  private val stores = new ConcurrentHashMap[String, Option[FileSystem]]()
+
+  /**
+   * The file system of `file` if it is an object store that publishes a file whole on close; None
+   * elsewhere (or with no session to take the Hadoop settings from: the manager's way then).
+   */
+  def storeOf(file: Path): Option[FileSystem] = {
+    val uri = file.toUri
+    if (uri.getScheme == null || uri.getScheme == "file" || uri.getScheme == "hdfs") None
+    else
+      SparkSession.getActiveSession.orElse(SparkSession.getDefaultSession).flatMap { spark =>
+        stores.computeIfAbsent(
+          s"${uri.getScheme}://${uri.getAuthority}",
+          _ =>
+            try {
+              val fs = file.getFileSystem(spark.sessionState.newHadoopConf())
+              if (fs.hasPathCapability(file.getParent, AbortableStream)) Some(fs) else None
+            } catch { case NonFatal(_) => None }
+        )
+      }
+  }
+
+  /** True if `fs` can create `file` only if it is absent, in one request. */
+  def canCreateOnce(fs: FileSystem, file: Path): Boolean =
+    try fs.hasPathCapability(file, ConditionalCreate)
+    catch { case NonFatal(_) => false }
+
+  /** Writes `file` (replacing it) with `fn` as one upload; a failure aborts it. */
+  def publish(fs: FileSystem, file: Path)(fn: OutputStream => Unit): Unit =
+    upload(fs.createFile(file).overwrite(true).recursive().opt(CreatePerformance, true).build())(fn)
+
+  /**
+   * Writes `file` with `fn` as one upload that the store refuses if `file` exists: Hadoop's
+   * `FileAlreadyExistsException` then, and nothing changed.
+   */
+  def publishOnce(fs: FileSystem, file: Path)(fn: OutputStream => Unit): Unit =
+    try upload(
+        fs.createFile(file).overwrite(false).recursive().must(ConditionalCreate, true).build()
+      )(fn)
+    catch {
+      // S3A's answer to a failed precondition (HTTP 412): the file exists
+      case e: java.io.IOException if e.getClass.getSimpleName == "RemoteFileChangedException" =>
+        throw new org.apache.hadoop.fs.FileAlreadyExistsException(s"$file exists (${e.getMessage})")
+    }
+
+  private def upload(out: org.apache.hadoop.fs.FSDataOutputStream)(fn: OutputStream => Unit) =
+    try {
+      fn(out)
+      out.close()
+    } catch {
+      case e: Throwable =>
+        try out.abort()
+        catch { case NonFatal(s) => e.addSuppressed(s) }
+        throw e
+    }
+
+  implicit private class AbortOf(out: java.io.OutputStream) {
+    def abort(): Unit = out match {
+      case a: Abortable => a.abort()
+      case o => o.close()
+    }
+  }
+}
