@@ -182,6 +182,15 @@ object BatchLogException {
         "the rewound checkpoint)."
     )
 
+  /** A rewind's plan no longer holds: a writer committed after it was made. */
+  def sinkWrittenDuringRewind(sink: String, latest: Long, planned: Long): BatchLogException =
+    new BatchLogException(
+      SinkChangedWhileWriting,
+      s"The sink $sink was written to while the rewind was starting: its latest batch is now " +
+        s"$latest, the rewind was planned with $planned. Stop the query writing it, then re-run " +
+        "the rewind."
+    )
+
   def batchOutOfOrder(logPath: String, batchId: Long, latest: Long): BatchLogException =
     new BatchLogException(
       BatchOutOfOrder,

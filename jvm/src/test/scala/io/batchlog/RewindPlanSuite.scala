@@ -16,66 +16,9 @@ import io.batchlog.ops.{Rewind, RewindPlan}
  * log at interval 3, two data files per batch, `offsets/` and `commits/` 0..7, the file source's
  * log 0..7 (interval 10, `offsets/N` naming log offset N), state versions 1..8. Nothing runs.
  */
-class RewindPlanSuite extends SparkSessionTestBase {
+class RewindPlanSuite extends SparkSessionTestBase with RewindFixture {
   import BatchLogConf._
   import TestLogs._
-
-  private val QueryId = "8f1c0000-0000-0000-0000-000000000001"
-  private val Latest = 7L
-  private val HdfsProvider = StateFiles.KnownProviders.find(_.contains("HDFS")).get
-
-  private case class Fixture(root: File) {
-    val out = new File(root, "out")
-    val meta: File = metaDir(out)
-    val cp = new File(root, "checkpoint")
-    def sink: String = out.toString
-    def checkpoint: String = cp.toString
-    def plan(toBatch: Long, force: Boolean = false): RewindPlan =
-      Rewind.plan(spark, sink, checkpoint, toBatch, force)
-  }
-
-  private def write(f: File, text: String): Unit = {
-    f.getParentFile.mkdirs()
-    Files.write(f.toPath, text.getBytes(UTF_8))
-  }
-
-  /** Data file `i` of batch `b` on disk, batch-named (or vanilla-named), and its log entry. */
-  private def dataFile(out: File, b: Long, i: Int, named: Boolean): SinkLogEntry = {
-    val e = if (named) namedEntry(b, i) else plainEntry(b, i)
-    val f = new File(out, new Path(e.path).getName)
-    write(f, "x" * (10 * b.toInt + i + 1))
-    e.copy(path = f.toURI.toString, size = f.length())
-  }
-
-  /**
-   * The sink and checkpoint after batches 0..Latest, the sink log written by `vanillaLog` or ours.
-   */
-  private def withFixture(named: Boolean = true, vanillaLog: Boolean = false)(
-      body: Fixture => Unit
-  ): Unit = withTempDir { root =>
-    val fx = Fixture(root)
-    (0L to Latest).foreach { b =>
-      val es = Array(dataFile(fx.out, b, 0, named), dataFile(fx.out, b, 1, named))
-      if (vanillaLog) assert(vanilla(fx.meta).add(b, es.map(_.toSinkFileStatus)))
-      else assert(ours(fx.meta).add(b, es))
-      write(
-        new File(fx.cp, s"offsets/$b"),
-        "v1\n" + s"""{"batchWatermarkMs":0,"batchTimestampMs":0,"conf":""" +
-          s"""{"${StateFiles.ProviderConfKey}":"$HdfsProvider"}}""" + "\n" +
-          s"""{"logOffset":$b}"""
-      )
-      write(new File(fx.cp, s"commits/$b"), "v1\n{\"nextBatchWatermarkMs\":0}")
-      write(new File(fx.cp, s"sources/0/$b"), "v1\n" + sourceEntry(b))
-      write(new File(fx.cp, s"state/0/0/${b + 1}.delta"), "d")
-    }
-    write(new File(fx.cp, "metadata"), s"""{"id":"$QueryId"}""")
-    write(new File(fx.cp, "state/0/0/5.snapshot"), "s")
-    write(new File(fx.cp, "state/0/_metadata/metadata"), "m")
-    body(fx)
-  }
-
-  private def sourceEntry(b: Long) =
-    s"""{"path":"file:///in/f$b.json","timestamp":1,"batchId":$b}"""
 
   private def local(p: Path): String = p.toUri.getPath
 

@@ -24,7 +24,7 @@ import io.batchlog.log.{
  * commits when another process changed the sink under it. One guard per sink log, i.e. per query
  * run (Spark builds a new sink, hence a new log, at every start).
  *
- * Before a batch's tasks run ([[beforeBatch]]):
+ * Before the first batch of the run ([[beforeBatch]]):
  *   - an unfinished rewind ([[RewindIntent]]) refuses the batch;
  *   - the sink's [[SinkRecord]] must name this query (the checkpoint's query id) as its owner; a
  *     sink without a record is claimed. Another owner refuses the batch: two queries on one sink
@@ -33,12 +33,17 @@ import io.batchlog.log.{
  *   - the run takes the [[WriterLease]] (once) and a daemon thread refreshes it every quarter of
  *     its timeout until the query's thread ends, then removes it.
  *
- * Before the batch is logged ([[beforeCommit]]) the epoch is read again. A rewind or takeover bumps
- * the epoch *after* it found no live lease, and the writer re-reads it *after* taking its lease: so
- * either the rewind sees the lease and refuses, or the writer sees the new epoch and fails before
- * committing; never both succeed. A writer that passed its check just before a forced rewind
- * (`force`: the writer is declared dead) is caught by the log itself, which accepts only the next
- * batch id ([[BatchTaggedFileStreamSinkLog.add]]).
+ * Before each batch is logged ([[beforeCommit]]) the record is read again, and that is all a batch
+ * costs after the first (one request on an object store while the record is unchanged:
+ * [[io.batchlog.log.JsonRecordFile#Watched]]). A rewind or takeover bumps the epoch *after* it
+ * found no live lease, and before it changes anything; the writer re-reads it *after* taking its
+ * lease: so either the rewind sees the lease and refuses, or the writer sees the new epoch and
+ * fails before committing; never both succeed. A writer that wakes up between a rewind's check of
+ * its lease and the epoch bump (its lease expired: stalled, or declared dead with `force`) may
+ * commit that one batch; the rewind then finds the sink's latest batch moved and stops before it
+ * changed anything ([[io.batchlog.ops.Rewind]]), and the writer stops at its next batch. A writer
+ * that passed its last check just before a forced rewind cut the log is caught by the log itself,
+ * which accepts only the next batch id ([[BatchTaggedFileStreamSinkLog.add]]).
  */
 final class WriterGuard private (
     log: BatchTaggedFileStreamSinkLog,
@@ -54,10 +59,20 @@ final class WriterGuard private (
   @volatile private var currentBatch = -1L
   private var keeper: Thread = _
 
+  /** Reads the sink's record from the first check on (the run's first batch writes it). */
+  private lazy val record = new SinkRecord.Watched(log.fileSystem, meta)
+
   def beforeBatch(batchId: Long): Unit = synchronized {
+    currentBatch = batchId
+    // Checked at the run's first batch; from then on each commit re-reads the record, which every
+    // rewind, takeover and repair changes before it changes anything else.
+    if (keeper == null) firstBatch(batchId)
+  }
+
+  private def firstBatch(batchId: Long): Unit = {
     refuseUnfinishedRewind()
     val now = System.currentTimeMillis()
-    val record = SinkRecord.read(fm, meta) match {
+    val record = this.record.read() match {
       case None =>
         val r = SinkRecord.first(queryId, batchId, log.interval, now)
         SinkRecord.write(fm, meta, r)
@@ -77,21 +92,17 @@ final class WriterGuard private (
         r
     }
     checkEpoch(record, batchId)
-    currentBatch = batchId
-    if (keeper == null) {
-      WriterLease.read(fm, meta).foreach { l =>
-        if (l.queryId != queryId && l.isLive(now) && !WriterGuard.isDeadHere(l.runId)) {
-          throw BatchLogException.writerActive(sink, l.describe, l.ageMs(now), l.timeoutMs)
-        }
+    WriterLease.read(fm, meta).foreach { l =>
+      if (l.queryId != queryId && l.isLive(now) && !WriterGuard.isDeadHere(l.runId)) {
+        throw BatchLogException.writerActive(sink, l.describe, l.ageMs(now), l.timeoutMs)
       }
-      writeLease(now)
-      keeper = startKeeper(Thread.currentThread())
     }
+    writeLease(now)
+    keeper = startKeeper(Thread.currentThread())
   }
 
   def beforeCommit(batchId: Long): Unit = {
-    refuseUnfinishedRewind()
-    SinkRecord.read(fm, meta) match {
+    record.read() match {
       case Some(r) => checkOwner(r, batchId); checkEpoch(r, batchId)
       case None =>
         throw BatchLogException.sinkChangedWhileWriting(

@@ -94,6 +94,9 @@ class BatchTaggedFileStreamSinkLog(
   private lazy val metadataFs =
     metadataPath.getFileSystem(sparkSession.sessionState.newHadoopConf())
 
+  /** The Hadoop file system of the log's directory (Hadoop's cached instance). */
+  def fileSystem: org.apache.hadoop.fs.FileSystem = metadataFs
+
   /** One file's status: a single stat, not a listing of the whole log directory. */
   private[log] def statusOf(file: Path): Option[FileStatus] =
     try Some(metadataFs.getFileStatus(file))
@@ -157,16 +160,25 @@ class BatchTaggedFileStreamSinkLog(
     val added =
       if (isCompactionBatch(batchId, compactInterval)) compact(batchId, entries)
       else addNewBatchByStream(batchId)(out => serialize(entries, out))
+    if (added) lastAdded = batchId
     if (added && isDeletingExpiredLog) deleteExpiredLog(batchId)
     added
   }
 
+  /** The batch this instance logged last (-1: none): the next one needs no probe for it. */
+  @volatile private var lastAdded = -1L
+
   /** True if log file `batchId` (`N` or `N.compact`) exists. */
   def isLogged(batchId: Long): Boolean = fileManager.exists(batchIdToPath(batchId))
 
-  /** One probe on the happy path (the previous batch's file); a listing only when it is absent. */
+  /**
+   * No probe when this log wrote the previous batch (a running query, each batch after its first: a
+   * writer's record check before each commit catches a rewind under it,
+   * [[io.batchlog.commit.WriterGuard]]); else one probe (the previous batch's file), and a listing
+   * only when it is absent.
+   */
   private def requireNext(batchId: Long): Unit =
-    if (batchId > 0 && !isLogged(batchId - 1)) {
+    if (batchId > 0 && lastAdded != batchId - 1 && !isLogged(batchId - 1)) {
       getLatestBatchId().filter(_ < batchId).foreach { latest =>
         throw BatchLogException.batchOutOfOrder(metadataPath.toString, batchId, latest)
       }
@@ -358,8 +370,10 @@ object BatchTaggedFileStreamSinkLog {
     val out = new Path(outputPath)
     val fs = out.getFileSystem(spark.sessionState.newHadoopConf())
     val meta = new Path(fs.makeQualified(out), BatchTaggedFileStreamSinkLog.MetadataDir)
-    if (!fs.exists(meta) || !fs.getFileStatus(meta).isDirectory)
-      throw BatchLogException.notASink(outputPath)
+    val isDir =
+      try fs.getFileStatus(meta).isDirectory // one call: on S3 a HEAD and a 2-key LIST
+      catch { case _: java.io.FileNotFoundException => false }
+    if (!isDir) throw BatchLogException.notASink(outputPath)
     meta
   }
 

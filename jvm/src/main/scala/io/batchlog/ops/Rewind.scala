@@ -246,11 +246,10 @@ object Rewind {
         val log = new BatchTaggedFileStreamSinkLog(spark, plan.metadataPath.toString)
         val latest = log.getLatestBatchId().getOrElse(-1L)
         if (latest != plan.sinkLatest) {
-          throw BatchLogException.sinkChangedWhileWriting(
+          throw BatchLogException.sinkWrittenDuringRewind(
             plan.sink.toString,
             latest,
-            s"written to (latest batch $latest, planned with ${plan.sinkLatest}) while the " +
-              "rewind was planned; re-run the rewind once its writer has stopped"
+            plan.sinkLatest
           )
         }
       } catch {
@@ -258,11 +257,30 @@ object Rewind {
           if (!plan.resuming) RewindIntent.delete(sinkFm, plan.metadataPath)
           throw e.withOutcome(BatchLogException.NothingChanged)
       }
-      if (!plan.isNoop) WriterFence.bumpEpoch(sinkFm, plan.metadataPath) {
-        case Some(r) => r.rewoundTo(plan.toBatch, plan.queryId, System.currentTimeMillis())
-        case None =>
-          val log = new BatchTaggedFileStreamSinkLog(spark, plan.metadataPath.toString)
-          SinkRecord.first(plan.queryId, 0L, log.interval, System.currentTimeMillis())
+      if (!plan.isNoop) {
+        WriterFence.bumpEpoch(sinkFm, plan.metadataPath) {
+          case Some(r) => r.rewoundTo(plan.toBatch, plan.queryId, System.currentTimeMillis())
+          case None =>
+            val log = new BatchTaggedFileStreamSinkLog(spark, plan.metadataPath.toString)
+            SinkRecord.first(plan.queryId, 0L, log.interval, System.currentTimeMillis())
+        }
+        // A writer checks for a rewind at its run's first batch and re-reads the epoch before each
+        // commit: one whose lease had expired (stalled, or declared dead with `force`) may have
+        // committed a batch between the checks above and the bump. It stops at its next batch (the
+        // epoch moved); the rewind must not go on with a plan that misses that batch.
+        val latest = new BatchTaggedFileStreamSinkLog(spark, plan.metadataPath.toString)
+          .getLatestBatchId().getOrElse(-1L)
+        if (latest != plan.sinkLatest) {
+          if (!plan.resuming) RewindIntent.delete(sinkFm, plan.metadataPath)
+          throw BatchLogException.sinkWrittenDuringRewind(
+            plan.sink.toString,
+            latest,
+            plan.sinkLatest
+          ).withOutcome(
+            "Nothing was deleted; the sink's record has a new epoch, so its writer stops at " +
+              "its next batch."
+          )
+        }
       }
     }
     var deleted = 0L

@@ -77,7 +77,13 @@ class FaultInjectingCheckpointFileManager(path: Path, hadoopConf: Configuration)
 object FaultInjectingCheckpointFileManager {
 
   val Ops: Set[String] = Set("createAtomic", "rename", "delete", "open", "list", "exists", "mkdirs")
-  val Actions: Set[String] = Set("fail", "stall", "halt")
+  val Actions: Set[String] = Set("fail", "stall", "halt", "call")
+
+  /**
+   * What the `call` action runs, with the path of the call, before the call goes on: another
+   * writer's step, set by a test in this JVM, to interleave it at an exact point.
+   */
+  @volatile var callback: Path => Unit = (_: Path) => ()
 
   /** Exit status of a `halt` (as a SIGKILL'd process reports it). */
   val HaltStatus: Int = TestkitConf.HaltStatus
@@ -109,6 +115,7 @@ object FaultInjectingCheckpointFileManager {
         case "stall" =>
           System.err.println(s"[batchlog-fault] stalling ${stallMs} ms: $what")
           Thread.sleep(stallMs)
+        case "call" => callback(p)
         case "halt" =>
           System.err.println(s"[batchlog-fault] halting the JVM: $what")
           System.err.flush()

@@ -26,7 +26,10 @@ object TestkitConf {
   /** Only calls whose path matches this regex (`find`, on the full URI string) fault. */
   val FaultPathRegexKey = "spark.batchlog.test.fault.pathRegex"
 
-  /** `fail` (IOException), `stall` (sleep, then go on) or `halt` (the JVM halts, as if killed). */
+  /**
+   * `fail` (IOException), `stall` (sleep, then go on), `halt` (the JVM halts, as if killed) or
+   * `call` (runs `FaultInjectingCheckpointFileManager.callback`, then goes on).
+   */
   val FaultActionKey = "spark.batchlog.test.fault.action"
 
   /** The first matching call (1-based, counted per JVM) that faults. */
