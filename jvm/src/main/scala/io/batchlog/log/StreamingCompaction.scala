@@ -84,6 +84,11 @@ trait StreamingCompaction extends Logging { self: BatchTaggedFileStreamSinkLog =
       if (index.dropped > 0) {
         logInfo(s"Retention dropped ${index.dropped} entries (batches up to " +
           s"${index.droppedMaxBatch}) from compact batch $batchId")
+        // Older compact files still hold what was dropped: without their indexes, a lookup of
+        // one batch never answers from them ([[DirectLookup]]); Spark's readers never read them.
+        LogLayout.compactIds(checkpointFileManager, metadataPath).filter(_ < batchId).foreach {
+          id => checkpointFileManager.delete(CompactIndex.pathOf(batchIdToPath(id)))
+        }
       }
     }
     added

@@ -13,10 +13,11 @@ import org.apache.spark.sql.{Column, DataFrame, Encoders, Row, SparkSession}
 import io.batchlog.shim.CompactibleFileStreamLog
 import org.apache.spark.sql.functions._
 
-import io.batchlog.BatchLogException
+import io.batchlog.{BatchLogConf, BatchLogException}
 import io.batchlog.log.{
   BatchTaggedFileStreamSinkLog,
   DataFileNaming,
+  DirectLookup,
   LogFormat,
   LogLayout,
   SinkLogEntry
@@ -54,10 +55,25 @@ class SinkReader(spark: SparkSession, outputPath: String) {
   /** Paths (as logged: URI strings) of the live files written by `batchId`. */
   def files(batchId: Long): Array[String] = unchanged {
     if (batchId < 0) throw BatchLogException.invalidArgument("batch", batchId, "must be >= 0")
-    val out = mutable.ArrayBuffer.empty[String]
-    log.foreachLivePathWhere(_.contains(batchId))(out += _)
-    out.toArray
+    direct(batchId).getOrElse {
+      val out = mutable.ArrayBuffer.empty[String]
+      log.foreachLivePathWhere(_.contains(batchId))(out += _)
+      out.toSeq
+    }.toArray
   }
+
+  /**
+   * The paths of one batch read from the one log file that holds them, without listing the log
+   * ([[DirectLookup]]); None: read the log.
+   */
+  private def direct(batchId: Long): Option[Seq[String]] =
+    if (BatchLogConf.retention(spark).ageMs.isDefined) None
+    else DirectLookup.paths(
+      metadataPath.getFileSystem(spark.sessionState.newHadoopConf()),
+      metadataPath,
+      BatchLogConf.sinkLogSettings(spark).compactInterval,
+      batchId
+    )
 
   /**
    * The batch that wrote `path`: -1 if `path` is live in the log but untagged; null if the log does
@@ -71,11 +87,10 @@ class SinkReader(spark: SparkSession, outputPath: String) {
     // Equal paths end with the same raw (URI-encoded) name: only those are parsed and compared.
     val rawPath = wanted.toUri.getRawPath
     val rawName = rawPath.substring(rawPath.lastIndexOf('/'))
+    def same(p: String) = p.endsWith(rawName) && SparkPath.fromUrlString(p).toPath == wanted
     hint.foreach { b =>
-      log.foreachLivePathWhere(_.contains(b)) { p =>
-        if (p.endsWith(rawName) && SparkPath.fromUrlString(p).toPath == wanted)
-          found = Some(Some(b))
-      }
+      if (direct(b).exists(_.exists(same))) found = Some(Some(b))
+      else log.foreachLivePathWhere(_.contains(b)) { p => if (same(p)) found = Some(Some(b)) }
     }
     if (found.isEmpty) log.foreachLiveEntry { e =>
       if (found.isEmpty && entryPath(e) == wanted) found = Some(e.batchId)

@@ -1,0 +1,140 @@
+package io.batchlog.log
+
+import java.io.{BufferedReader, FileNotFoundException, InputStreamReader}
+import java.nio.charset.StandardCharsets.UTF_8
+
+import scala.collection.mutable
+
+import org.apache.hadoop.fs.{FileStatus, FileSystem, Path}
+import org.apache.hadoop.util.functional.FutureIO
+
+import io.batchlog.shim.CompactibleFileStreamLog._
+
+import io.batchlog.Compat
+
+/**
+ * The logged paths of one batch, read from the one log file that holds them without listing the
+ * log: `files(b)` and `batchOf(path)` in four requests on an object store (a listing of the log and
+ * probes of each file it names cost 15 before), and a handful of calls on HDFS.
+ *
+ * Where batch `b`'s entries are, for compact interval `interval` (the reading session's; the
+ * writer's unless they differ):
+ *   - in compact file `c`, the first compaction at or after `b`, once it is written: a compact file
+ *     holds every live entry up to its batch, and its index ([[CompactIndex]]) says where `b`'s
+ *     lines are. The index (on S3: HEAD, GET), proved against the compact file's status (HEAD),
+ *     then `b`'s run read with one ranged GET and checked (its CRC32C, its line count, each line's
+ *     batch);
+ *   - else (neither `c`'s index nor `c` exists) in batch file `b` (HEAD, GET).
+ *
+ * Anything else is None, and the caller reads the log the long way, which also names what is wrong:
+ * `c` without a proved index, lines without `batchId` (their batch needs the lineage of the log), a
+ * missing batch file, a run that does not match its index. A compaction that drops entries for
+ * retention removes the indexes of the older compact files (they still hold what it dropped), so
+ * this never answers from a compact file older than such a drop; a reading session with an age
+ * retention (`spark.batchlog.retention.age`, which hides entries by time) never uses it. The `v1`
+ * header of a compact file is not read here (the index proves the file's name, length and time, and
+ * each run its bytes); full reads and `verify` check it.
+ */
+private[batchlog] object DirectLookup {
+
+  /** The paths batch `batch` logged, or None: read the log the long way. */
+  def paths(fs: FileSystem, metadataPath: Path, interval: Int, batch: Long): Option[Seq[String]] = {
+    val c =
+      if (isCompactionBatch(batch, interval)) batch else nextCompactionBatchId(batch, interval)
+    val compact = new Path(metadataPath, LogLayout.fileName(c, isCompact = true))
+    readIndex(fs, CompactIndex.pathOf(compact)) match {
+      case Some(bytes) => fromCompact(fs, compact, bytes, batch)
+      case None if c == batch || exists(fs, compact) => None
+      case None => fromBatchFile(fs, new Path(metadataPath, batch.toString), batch)
+    }
+  }
+
+  private def readIndex(fs: FileSystem, file: Path): Option[Array[Byte]] =
+    try {
+      val in = fs.open(file)
+      try Some(Compat.readAllBytes(in))
+      finally in.close()
+    } catch { case _: FileNotFoundException => None }
+
+  /** One probe (opening reads nothing yet): on S3 a HEAD, where a status probe adds a LIST. */
+  private def exists(fs: FileSystem, file: Path): Boolean =
+    try { fs.open(file).close(); true }
+    catch { case _: FileNotFoundException => false }
+
+  private def fromCompact(
+      fs: FileSystem,
+      compact: Path,
+      indexBytes: Array[Byte],
+      batch: Long
+  ): Option[Seq[String]] = {
+    val status =
+      try fs.getFileStatus(compact)
+      catch { case _: FileNotFoundException => return None }
+    CompactIndex.prove(indexBytes, compact.getName, status).toOption.flatMap { index =>
+      if (index.runs.exists(_.batchId.isEmpty)) None // untagged lines: their batch needs a proof
+      else {
+        val runs = index.runs.filter(_.batchId.contains(batch))
+        if (runs.isEmpty) Some(Nil)
+        else {
+          val in = FutureIO.awaitFuture(fs.openFile(compact).withFileStatus(status).build())
+          try {
+            val out = mutable.ArrayBuffer.empty[String]
+            val allMatch = runs.forall { r =>
+              in.seek(r.offset)
+              readRun(in, r, out)
+            }
+            if (allMatch) Some(out.toSeq) else None
+          } catch { case _: java.io.EOFException => None }
+          finally in.close()
+        }
+      }
+    }
+  }
+
+  /** Adds the paths of `run`'s lines to `out`; false if they do not match the run. */
+  private def readRun(
+      in: java.io.InputStream,
+      run: IndexRun,
+      out: mutable.ArrayBuffer[String]
+  ): Boolean = {
+    val checked = new java.util.zip.CheckedInputStream(
+      new CompactIndex.BoundedStream(in, run.length),
+      Compat.crc32c()
+    )
+    val r = new BufferedReader(new InputStreamReader(checked, UTF_8), 1 << 16)
+    if (r.read() != '\n') return false
+    var n = 0L
+    var line = r.readLine()
+    while (line != null) {
+      if (LogFormat.taggedBatch(line) != run.batchId) return false
+      out += pathOf(line).getOrElse(return false)
+      n += 1
+      line = r.readLine()
+    }
+    n == run.count && checked.getChecksum.getValue == run.crc
+  }
+
+  private def fromBatchFile(fs: FileSystem, file: Path, batch: Long): Option[Seq[String]] = {
+    val in =
+      try fs.open(file)
+      catch { case _: FileNotFoundException => return None }
+    val out = mutable.ArrayBuffer.empty[String]
+    var tagged = true
+    try LogFiles.readLines(in, file.toString) { (line, _) =>
+        tagged &&= LogFormat.taggedBatch(line).contains(batch)
+        if (tagged) pathOf(line) match {
+          case Some(p) => out += p
+          case None => tagged = false
+        }
+      }
+    finally in.close()
+    if (tagged) Some(out.toSeq) else None
+  }
+
+  /**
+   * A tagged line's path: cut from its head when it has the canonical shape, else decoded; None for
+   * a line that does not decode (the long way names it).
+   */
+  private def pathOf(line: String): Option[String] =
+    LogFormat.pathOf(line).orElse(scala.util.Try(LogFormat.decode(line).path).toOption)
+}
