@@ -73,6 +73,7 @@ def start_s3(root: Path) -> tuple[subprocess.Popen[bytes], str, Path]:
     returns the process, its endpoint ``http://127.0.0.1:<port>`` and the log."""
     root.mkdir(parents=True, exist_ok=True)
     ready, log = root / "ready", root / "requests.log"
+    ready.unlink(missing_ok=True)  # a stale one would name a server that is gone
     with open(log, "wb") as out:
         proc = subprocess.Popen(
             [sys.executable, str(REPO / "tests" / "servers" / "s3_server.py"), str(ready)],

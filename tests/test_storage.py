@@ -180,3 +180,42 @@ def test_sink_on_store_query_rewind_replay_vacuum_repair_adopt_cli(
     for args in (("verify", out), ("inspect", out)):
         proc = run_cli(*conf, *args)
         assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+
+
+class _WriteBytes:
+    """A ``scala.Function1[OutputStream, Unit]`` for the JVM: writes ``data`` to its stream."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def apply(self, out: object) -> None:
+        out.write(bytearray(self.data))  # type: ignore[attr-defined]
+
+    class Java:
+        implements = ["scala.Function1"]
+
+
+def test_a_log_file_is_written_once_on_the_store(spark: SparkSession, store: str) -> None:
+    """Publishing a log file that exists is refused by the store itself and changes nothing: on
+    S3 a conditional upload (``If-None-Match: *``), on HDFS the manager's rename. A second writer
+    of the same batch file can never replace the first's (on S3 a rename-based check could)."""
+    from pyspark.java_gateway import ensure_callback_server_started
+
+    jvm = spark._jvm
+    assert jvm is not None
+    ensure_callback_server_started(spark.sparkContext._gateway)
+    meta = jvm.org.apache.hadoop.fs.Path(f"{store}/out/_spark_metadata")
+    conf = spark._jsparkSession.sessionState().newHadoopConf()
+    fm = jvm.io.batchlog.shim.package.CheckpointFileManager().create(meta, conf)
+    fm.mkdirs(meta)  # as the log does when it is opened
+    log_files = jvm.io.batchlog.log.LogFiles
+    five = jvm.org.apache.hadoop.fs.Path(meta, "5")
+    log_files.publish(fm, five, False, _WriteBytes(b"v1\nfirst"))
+    with pytest.raises(Exception) as refused:
+        log_files.publish(fm, five, False, _WriteBytes(b"v1\nsecond"))
+    assert "FileAlreadyExistsException" in str(refused.value), refused.value
+    assert "/out/_spark_metadata/5" in str(refused.value)
+    fs = RemoteFs(spark, store)
+    assert fs.names(f"{store}/out/_spark_metadata") == ["5"]  # no temp file left
+    text = jvm.org.apache.commons.io.IOUtils.toString(five.getFileSystem(conf).open(five), "UTF-8")
+    assert text == "v1\nfirst"
