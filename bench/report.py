@@ -153,6 +153,29 @@ def judge(fig: Figures) -> list[Line]:
         lines.append(
             Line("replay after rewind: every row once", str(bool(ok[0])), "-", "True", ok[0] == 1)
         )
+
+    def extra(target: str, measure: str, goal: float) -> None:
+        ours, van = get(measure, "batchlog"), get(measure, "vanilla")
+        if not ours or not van:
+            lines.append(Line(target, "no figure", "-", f"<= vanilla + {goal:g}", None))
+            return
+        d = ours[0] - van[0]
+        figure = f"{d:+.1f} ({ours[0]:.1f} / {van[0]:.1f})"
+        lines.append(Line(target, figure, "-", f"<= vanilla + {goal:g}", d <= goal))
+
+    extra("S3 requests per committed batch vs vanilla", "requests: a batch (total)", 1)
+    extra("S3 requests per compaction batch vs vanilla", "requests: a compaction (total)", 3)
+    lookups = sorted(
+        k.removeprefix("requests: ")
+        for (k, impl, _) in fig
+        if k.startswith("requests: ") and (k.startswith("requests: files(") or "batch_of" in k)
+    )
+    for op in lookups:
+        n, lists = get(f"requests: {op}", "batchlog"), get(f"LISTs: {op}", "batchlog")
+        if n and lists is not None:
+            ok = n[0] <= 4 and lists[0] == 0
+            figure = f"{n[0]:.0f} requests, {lists[0]:.0f} LIST"
+            lines.append(Line(f"S3 requests of {op}", figure, "-", "<= 4, no LIST", ok))
     m = "commit latency (addBatch, median of a round)"
     if get(m, "batchlog"):
         ratio("end-to-end commit latency vs vanilla", get(m, "batchlog"), get(m, "vanilla"), 1.05)
