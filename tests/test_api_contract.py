@@ -30,6 +30,13 @@ def test_commit_protocol_key_and_class_match_the_jvm(spark: SparkSession) -> Non
     assert batchlog.COMMIT_PROTOCOL_CLASS == conf.CommitProtocolClass()
 
 
+def test_extensions_key_and_class_match_the_jvm(spark: SparkSession) -> None:
+    ext = spark._jvm.io.batchlog.sql.BatchLogExtensions  # type: ignore[union-attr]
+    assert batchlog.EXTENSIONS_KEY == ext.Key()
+    assert batchlog.EXTENSIONS_CLASS == ext.ClassName()
+    assert batchlog.EXTENSIONS_CLASS in spark.conf.get(batchlog.EXTENSIONS_KEY, "")
+
+
 REPORT_TYPES = [
     t
     for t in vars(reports).values()

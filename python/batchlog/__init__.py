@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from pyspark.sql import SparkSession
 
-from batchlog import reports
+from batchlog import _sql, reports
 from batchlog._jars import jar_path
 from batchlog.errors import (
     BatchLogError,
@@ -35,6 +35,7 @@ from batchlog.errors import (
     SinkOwnedByOtherQueryError,
     UnsupportedCheckpointError,
     UnsupportedSparkVersionError,
+    UpstreamRewoundError,
     WriterActiveError,
 )
 from batchlog.ops import (
@@ -57,6 +58,8 @@ from batchlog.sinklog import SinkLog
 __all__ = [
     "COMMIT_PROTOCOL_CLASS",
     "COMMIT_PROTOCOL_KEY",
+    "EXTENSIONS_CLASS",
+    "EXTENSIONS_KEY",
     "Action",
     "BatchLogError",
     "BatchOutOfOrderError",
@@ -74,6 +77,7 @@ __all__ = [
     "SinkOwnedByOtherQueryError",
     "UnsupportedCheckpointError",
     "UnsupportedSparkVersionError",
+    "UpstreamRewoundError",
     "WriterActiveError",
     "adopt",
     "adopt_action",
@@ -101,12 +105,23 @@ COMMIT_PROTOCOL_CLASS = "io.batchlog.BatchTaggedCommitProtocol"
 COMMIT_PROTOCOL_KEY = "spark.sql.streaming.commitProtocolClass"
 
 
+#: Spark's key for session extensions, and batchlog's: the ``BATCHLOG`` SQL statements and the
+#: ``batchlog_*`` table functions (``io.batchlog.sql.BatchLogExtensions``; a test checks both).
+EXTENSIONS_KEY = "spark.sql.extensions"
+EXTENSIONS_CLASS = _sql.EXTENSIONS_CLASS
+
+
 def configure(builder: SparkSession.Builder) -> SparkSession.Builder:
     """``builder`` with the batchlog jar for the installed pyspark (:func:`jar_path`) added to
-    ``spark.jars`` and the commit protocol set."""
+    ``spark.jars``, the commit protocol set and batchlog's SQL extensions added."""
     options = getattr(builder, "_options", {})
     jars = [j for j in str(options.get("spark.jars", "")).split(",") if j]
     jars.append(jar_path())
-    return builder.config("spark.jars", ",".join(jars)).config(
-        COMMIT_PROTOCOL_KEY, COMMIT_PROTOCOL_CLASS
+    extensions = [e for e in str(options.get(EXTENSIONS_KEY, "")).split(",") if e]
+    if EXTENSIONS_CLASS not in extensions:
+        extensions.append(EXTENSIONS_CLASS)
+    return (
+        builder.config("spark.jars", ",".join(jars))
+        .config(COMMIT_PROTOCOL_KEY, COMMIT_PROTOCOL_CLASS)
+        .config(EXTENSIONS_KEY, ",".join(extensions))
     )

@@ -103,6 +103,12 @@ class UnsupportedSparkVersionError(BatchLogError):
     code = "UNSUPPORTED_SPARK_VERSION"
 
 
+class UpstreamRewoundError(BatchLogError):
+    """A ``readStream.format("batchlog")`` query read batches its upstream sink has rewound."""
+
+    code = "UPSTREAM_REWOUND"
+
+
 def _all_errors(cls: type[BatchLogError]) -> list[type[BatchLogError]]:
     return [c for sub in cls.__subclasses__() for c in (sub, *_all_errors(sub))]
 

@@ -13,6 +13,7 @@ from typing import Any, Generic, TypeVar
 
 from pyspark.sql import DataFrame, SparkSession
 
+from batchlog import _sql
 from batchlog._jvm import batchlog_package, jsession, jvm_errors
 from batchlog.reports import (
     AdoptReport,
@@ -71,10 +72,40 @@ class Action(Generic[P, R]):
             return to_report(self._spark, self._report_type, j.execute())
 
 
+class SqlAction(Action[P, R]):
+    """An :class:`Action` run as a ``BATCHLOG`` SQL statement, over a session without a JVM
+    gateway (Spark Connect): ``PLAN`` for the plan, ``DRY RUN`` for a dry run."""
+
+    def __init__(
+        self, spark: SparkSession, statement: str, plan_type: type[P], report_type: type[R]
+    ) -> None:
+        super().__init__(spark, None, plan_type, report_type)
+        self._statement = statement
+
+    def plan(self) -> P:
+        return from_json(self._plan_type, _sql.statement(self._spark, self._statement + " PLAN"))
+
+    def execute(self, dry_run: bool = False, quiet: bool = False) -> R:
+        sql = self._statement + (" DRY RUN" if dry_run else "")
+        return from_json(self._report_type, _sql.statement(self._spark, sql))
+
+
+def _force(force: bool) -> str:
+    return " FORCE" if force else ""
+
+
 def rewind_action(
     spark: SparkSession, sink_path: str, checkpoint_path: str, to_batch: int, force: bool = False
 ) -> Action[RewindPlanSummary, RewindReport]:
     """The rewind of :func:`rewind` as an :class:`Action`: its plan first, then its execution."""
+    if _sql.is_remote(spark):
+        return SqlAction(
+            spark,
+            f"BATCHLOG REWIND {_sql.literal(sink_path)} CHECKPOINT {_sql.literal(checkpoint_path)}"
+            f" TO BATCH {int(to_batch)}{_force(force)}",
+            RewindPlanSummary,
+            RewindReport,
+        )
     with jvm_errors():
         j = sink(spark, sink_path).rewind(checkpoint_path, int(to_batch)).force(force)
     return Action(spark, j, RewindPlanSummary, RewindReport)
@@ -110,6 +141,14 @@ def takeover_action(
     spark: SparkSession, sink_path: str, checkpoint_path: str, force: bool = False
 ) -> Action[TakeoverReport, TakeoverReport]:
     """The takeover of :func:`takeover` as an :class:`Action`."""
+    if _sql.is_remote(spark):
+        return SqlAction(
+            spark,
+            f"BATCHLOG TAKEOVER {_sql.literal(sink_path)} CHECKPOINT"
+            f" {_sql.literal(checkpoint_path)}{_force(force)}",
+            TakeoverReport,
+            TakeoverReport,
+        )
     with jvm_errors():
         j = sink(spark, sink_path).takeover(checkpoint_path).force(force)
     return Action(spark, j, TakeoverReport, TakeoverReport)
@@ -134,6 +173,9 @@ def takeover(
 
 def adopt_action(spark: SparkSession, sink_path: str) -> Action[AdoptReport, AdoptReport]:
     """The adoption of :func:`adopt` as an :class:`Action` (its plan is a dry run's counts)."""
+    if _sql.is_remote(spark):
+        sql = f"BATCHLOG ADOPT {_sql.literal(sink_path)}"
+        return SqlAction(spark, sql, AdoptReport, AdoptReport)
     with jvm_errors():
         j = sink(spark, sink_path).adopt()
     return Action(spark, j, AdoptReport, AdoptReport)
@@ -160,8 +202,14 @@ def read(
     """The sink's rows written by batches ``from_batch..to_batch`` (both inclusive, either open).
 
     ``read(spark, p, "parquet", to_batch=7)`` is the sink as of batch 7; ``from_batch=8``
-    reads what arrived since. Partition columns are included.
+    reads what arrived since. Partition columns are included. It is the ``batchlog`` data
+    source: ``spark.read.format("batchlog").option("batches", "8-")`` reads the same.
     """
+    if _sql.is_remote(spark):
+        batches = ("" if from_batch is None else str(int(from_batch))) + "-"
+        batches += "" if to_batch is None else str(int(to_batch))
+        reader = spark.read.format("batchlog").option("format", format)
+        return reader.option("batches", batches).load(sink_path)
     with jvm_errors():
         jdf = sink(spark, sink_path).read(
             format,
@@ -186,6 +234,9 @@ def verify(spark: SparkSession, sink_path: str) -> VerifyReport:
     memory and compaction never uses it until ``repair`` rewrites it. Missing or legacy (v1)
     indexes are only counted (``indexes_rebuilt_in_memory``). ``healthy`` is the verdict.
     """
+    if _sql.is_remote(spark):
+        report = _sql.statement(spark, f"BATCHLOG VERIFY {_sql.literal(sink_path)}")
+        return from_json(VerifyReport, report)
     with jvm_errors():
         return to_report(spark, VerifyReport, sink(spark, sink_path).verify())
 
@@ -194,6 +245,11 @@ def repair_action(
     spark: SparkSession, sink_path: str, force: bool = False, compact_interval: int | None = None
 ) -> Action[RepairReport, RepairReport]:
     """The repair of :func:`repair` as an :class:`Action`."""
+    if _sql.is_remote(spark):
+        sql = f"BATCHLOG REPAIR {_sql.literal(sink_path)}{_force(force)}"
+        if compact_interval is not None:
+            sql += f" COMPACT INTERVAL {int(compact_interval)}"
+        return SqlAction(spark, sql, RepairReport, RepairReport)
     with jvm_errors():
         j = sink(spark, sink_path).repair().force(force)
         if compact_interval is not None:
@@ -231,6 +287,9 @@ def vacuum_action(
     spark: SparkSession, sink_path: str, older_than: str = "1h"
 ) -> Action[VacuumReport, VacuumReport]:
     """The vacuum of :func:`vacuum` as an :class:`Action`."""
+    if _sql.is_remote(spark):
+        sql = f"BATCHLOG VACUUM {_sql.literal(sink_path)} OLDER THAN {_sql.literal(older_than)}"
+        return SqlAction(spark, sql, VacuumReport, VacuumReport)
     with jvm_errors():
         j = sink(spark, sink_path).vacuum().olderThan(older_than)
     return Action(spark, j, VacuumReport, VacuumReport)

@@ -6,6 +6,7 @@ import org.apache.spark.sql.{DataFrame, SparkSession}
 
 import io.batchlog.api._
 import io.batchlog.ops._
+import io.batchlog.source.{BatchLogDataSource, BatchRange, SourceOptions}
 
 /**
  * A file sink and its batch-tagged log: the public entry point, for Scala, Java and (through py4j)
@@ -60,18 +61,27 @@ final class BatchLog private (spark: SparkSession, val path: String) {
 
   /**
    * The rows written by batches `fromBatch` to `toBatch` (both inclusive; null: open), read in
-   * `format` ([[ReadByBatch]]).
+   * `format`: the `batchlog` data source ([[io.batchlog.source.BatchLogDataSource]]) with option
+   * `batches`, over exactly those batches' live files, with the sink's schema (partition columns
+   * included). Time travel "as of batch N" (`toBatch` only) and incremental reads (`fromBatch`).
    */
   def read(format: String, fromBatch: java.lang.Long, toBatch: java.lang.Long): DataFrame =
-    BatchLogException.unchanged(
-      ReadByBatch(
-        spark,
-        path,
-        format,
-        Option(fromBatch).map(_.longValue),
-        Option(toBatch).map(_.longValue)
+    BatchLogException.unchanged {
+      val from = Option(fromBatch).map(_.longValue)
+      val to = Option(toBatch).map(_.longValue)
+      from.filter(_ < 0).foreach(b =>
+        throw BatchLogException.invalidArgument("from_batch", b, "it must be >= 0")
       )
-    )
+      to.filter(_ < 0).foreach(b =>
+        throw BatchLogException.invalidArgument("to_batch", b, "it must be >= 0")
+      )
+      for (f <- from; t <- to if f > t) {
+        throw BatchLogException.invalidArgument("from_batch", f, s"it must be <= to_batch ($t)")
+      }
+      val reader = spark.read.format(BatchLogDataSource.Name).option(SourceOptions.Format, format)
+      val range = BatchRange(from, to)
+      (if (range.isAll) reader else reader.option(SourceOptions.Batches, range.toString)).load(path)
+    }
 
   /** Rewinds the sink and the query checkpoint at `checkpointPath` so that `toBatch` runs again. */
   def rewind(checkpointPath: String, toBatch: Long): RewindAction =

@@ -49,6 +49,7 @@ object BatchLogException {
   val SinkChangedWhileWriting = "SINK_CHANGED_WHILE_WRITING"
   val BatchOutOfOrder = "BATCH_OUT_OF_ORDER"
   val UnsupportedSpark = "UNSUPPORTED_SPARK_VERSION"
+  val UpstreamRewound = "UPSTREAM_REWOUND"
 
   /** Every error code; Python's `batchlog.errors` has one exception class per code (tested). */
   val Codes: Seq[String] = Seq(
@@ -66,7 +67,8 @@ object BatchLogException {
     SinkOwnedByOtherQuery,
     SinkChangedWhileWriting,
     BatchOutOfOrder,
-    UnsupportedSpark
+    UnsupportedSpark,
+    UpstreamRewound
   )
 
   def notASink(path: String): BatchLogException = new BatchLogException(
@@ -197,5 +199,22 @@ object BatchLogException {
       s"Cannot commit batch $batchId to the sink log $logPath: its latest batch is $latest, so " +
         s"the next batch must be ${latest + 1}. Another process changed the sink (a rewind, a " +
         "repair or a second writer) while this query ran. Restart the query from its checkpoint."
+    )
+
+  /**
+   * A downstream query reading a sink by batch (`readStream.format("batchlog")`) consumed batch
+   * `consumed`, which the sink no longer holds as it was read: the sink was rewound.
+   */
+  def upstreamRewound(sink: String, consumed: Long, latest: Long): BatchLogException =
+    new BatchLogException(
+      UpstreamRewound,
+      s"This query read the sink $sink up to its batch $consumed, but that batch " +
+        (if (latest < consumed) s"is gone: the sink was rewound (its latest batch is now $latest)"
+         else "was rewritten: the sink was rewound and its batches written again") +
+        ". Rows this query already emitted from the rewound batches would be counted twice or " +
+        "lost, so it stops. Either rewind this query too, to the batch where it first read a " +
+        "rewound upstream batch (`python -m batchlog rewind <its sink> --checkpoint <its " +
+        "checkpoint> --to-batch N`), or restart it from a new checkpoint with option " +
+        "startingBatch set to the first upstream batch to read."
     )
 }

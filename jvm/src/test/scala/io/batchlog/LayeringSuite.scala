@@ -39,6 +39,7 @@ class LayeringSuite extends AnyFunSuite {
     case r if r.startsWith("commit/") || r == "BatchTaggedCommitProtocol.scala" => 2
     case r if r.startsWith("ops/") => 3
     case r if r.startsWith("api/") || r == "BatchLog.scala" => 4
+    case r if r.startsWith("source/") || r.startsWith("sql/") => 4
     case other => fail(s"$other has no layer: add it to LayeringSuite and the README's layout")
   }
 
@@ -48,7 +49,7 @@ class LayeringSuite extends AnyFunSuite {
     case "log" | "checkpoint" => 1
     case "commit" | "BatchTaggedCommitProtocol" => 2
     case "ops" => 3
-    case "api" | "BatchLog" => 4
+    case "api" | "BatchLog" | "source" | "sql" => 4
     case brace if brace.startsWith("{") =>
       brace.stripPrefix("{").split("[,}]").map(_.trim).filter(_.nonEmpty).map(layerOfRef).max
     case other => fail(s"io.batchlog.$other has no layer")

@@ -36,6 +36,14 @@ final case class OffsetsEntry(
         case JObject(List(("logOffset", JInt(k)))) => k.toLong
       }
     }
+
+  /**
+   * True if every source of the batch is a `batchlog` source ([[BatchLogOffset]]): its planned
+   * input cannot be replayed exactly once its upstream was rewound (the upstream batch's files are
+   * new), so a rewind re-plans the batch instead (it deletes `offsets/N` too).
+   */
+  def readsOnlyBatchLogSources: Boolean =
+    sourceOffsets.nonEmpty && sourceOffsets.forall(_.exists(BatchLogOffset.parse(_).isDefined))
 }
 
 /**

@@ -27,9 +27,10 @@ import io.batchlog.log.{
  * For the sink: every data file written by a batch >= N is deleted (in parallel), and the
  * batch-tagged log is cut back to batch N-1 ([[LogTruncation]]), after which the sink accepts batch
  * N again. For the checkpoint (facts in the project notes on checkpoint rewind): `offsets/` keeps N
- * (exact replay), `commits/` keeps N-1, each file source's log under `sources/<i>/` is cut back to
- * the log offset recorded in `offsets/N` (else its files would never be read again), and every
- * state store version above N is deleted (all of `state/` for N = 0).
+ * (exact replay; but N-1 for a query reading only `batchlog` sources, whose batch N is planned anew
+ * from its upstream's current batches), `commits/` keeps N-1, each file source's log under
+ * `sources/<i>/` is cut back to the log offset recorded in `offsets/N` (else its files would never
+ * be read again), and every state store version above N is deleted (all of `state/` for N = 0).
  *
  * Crash safety: an intent record ([[RewindIntent]]) is written first and removed last. The steps
  * are ordered so that re-planning from what is on disk finishes the job (data files are deleted
@@ -193,7 +194,10 @@ object Rewind {
       stateFiles,
       removeStateDir,
       commits.filter(_ >= toBatch).reverse,
-      offsets.filter(_ > toBatch).reverse,
+      // exact replay keeps offsets/N; a query reading only batchlog sources re-plans batch N
+      // from offsets/N-1 (its upstream may have been rewound: batch N's input is new)
+      offsets.filter(b => b > toBatch || (b == toBatch && atN.exists(_.readsOnlyBatchLogSources)))
+        .reverse,
       resuming = intent.isDefined,
       queryId = cp.queryId,
       force = force

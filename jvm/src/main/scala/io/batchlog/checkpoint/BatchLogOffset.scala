@@ -1,0 +1,56 @@
+package io.batchlog.checkpoint
+
+import java.nio.charset.StandardCharsets.UTF_8
+
+import scala.util.Try
+
+import org.json4s.{DefaultFormats, Formats}
+import org.json4s.JsonAST.{JInt, JObject, JString}
+import org.json4s.jackson.{JsonMethods, Serialization}
+
+import org.apache.spark.sql.connector.read.streaming.{Offset => OffsetV2}
+import org.apache.spark.sql.execution.streaming.Offset
+
+import io.batchlog.Compat
+
+/**
+ * The offset of a `readStream.format("batchlog")` source, as a downstream query's `offsets/N`
+ * records it: `{"batchId":7,"fingerprint":"3:1a2b3c4d"}`. Every upstream batch up to `batchId` was
+ * emitted (-1: none), and `fingerprint` identifies what batch `batchId` wrote (the count and a
+ * CRC32C of its file paths). A rewind of the upstream sink deletes its batches' files and its query
+ * writes them again under new names, so a batch the downstream consumed that is gone or changed is
+ * detected, never read twice or skipped silently.
+ */
+final case class BatchLogOffset(batchId: Long, fingerprint: String) extends Offset {
+  override def json(): String = Serialization.write(this)(BatchLogOffset.formats)
+}
+
+object BatchLogOffset {
+  implicit private val formats: Formats = DefaultFormats
+
+  /** Our offset, or the one Spark read back from the checkpoint (`SerializedOffset`). */
+  def of(o: OffsetV2): BatchLogOffset = o match {
+    case b: BatchLogOffset => b
+    case other =>
+      parse(other.json()).getOrElse(
+        throw new IllegalArgumentException(s"not a batchlog source offset: ${other.json()}")
+      )
+  }
+
+  /** A batchlog source offset from its JSON, or None for any other source's offset. */
+  def parse(json: String): Option[BatchLogOffset] =
+    Try(JsonMethods.parse(json)).toOption.collect {
+      case JObject(List(("batchId", JInt(b)), ("fingerprint", JString(f)))) =>
+        BatchLogOffset(b.toLong, f)
+    }
+
+  /** The fingerprint of a batch's files: their count and a CRC32C of their sorted paths. */
+  def fingerprint(paths: Seq[String]): String = {
+    val crc = Compat.crc32c()
+    paths.sorted.foreach { p =>
+      val bytes = (p + "\n").getBytes(UTF_8)
+      crc.update(bytes, 0, bytes.length)
+    }
+    f"${paths.length}%d:${crc.getValue}%08x"
+  }
+}

@@ -1,0 +1,54 @@
+package io.batchlog.sql
+
+import java.lang.reflect.{InvocationHandler, InvocationTargetException, Method, Proxy}
+
+import org.apache.spark.sql.{SparkSession, SparkSessionExtensions}
+import org.apache.spark.sql.catalyst.parser.ParserInterface
+
+/**
+ * batchlog's SQL, for `spark.sql.extensions=io.batchlog.sql.BatchLogExtensions`: the `BATCHLOG`
+ * statements ([[BatchLogStatement]]) and the table functions ([[TableFunctions]]). With them every
+ * operation of the Python API works over a session without a JVM gateway, such as Spark Connect.
+ */
+class BatchLogExtensions extends (SparkSessionExtensions => Unit) {
+  override def apply(extensions: SparkSessionExtensions): Unit = {
+    extensions.injectParser((_, delegate) => BatchLogExtensions.parser(delegate))
+    TableFunctions.all(() => SparkSession.active).foreach(extensions.injectTableFunction)
+  }
+}
+
+object BatchLogExtensions {
+
+  /** Spark's key for session extensions (a static conf: set it before the session starts). */
+  val Key: String = org.apache.spark.sql.internal.StaticSQLConf.SPARK_SESSION_EXTENSIONS.key
+
+  /** The value for [[Key]]: this class's name (Python's `batchlog.EXTENSIONS_CLASS`, tested). */
+  val ClassName: String = classOf[BatchLogExtensions].getName
+
+  /**
+   * Spark's parser, answering `BATCHLOG ...` statements itself. It is a proxy of the
+   * `ParserInterface` trait rather than a class implementing it: the trait's methods differ from
+   * one Spark line to the next (4.0 added some, 4.3 more), and a proxy serves every line from one
+   * source. Only the plan-parsing methods look at the text; everything else goes to Spark's parser.
+   */
+  def parser(delegate: ParserInterface): ParserInterface =
+    Proxy.newProxyInstance(
+      classOf[ParserInterface].getClassLoader,
+      Array[Class[_]](classOf[ParserInterface]),
+      new InvocationHandler {
+        override def invoke(proxy: AnyRef, m: Method, args: Array[AnyRef]): AnyRef =
+          m.getName match {
+            case "parsePlan" | "parsePlanWithParameters"
+                if args != null && args.nonEmpty &&
+                  args(0).isInstanceOf[String] &&
+                  BatchLogStatement.isBatchLog(args(0).asInstanceOf[String]) =>
+              BatchLogCommand(
+                SqlErrors.tagged(BatchLogStatement.parse(args(0).asInstanceOf[String]))
+              )
+            case _ =>
+              try m.invoke(delegate, args: _*)
+              catch { case e: InvocationTargetException => throw e.getCause }
+          }
+      }
+    ).asInstanceOf[ParserInterface]
+}

@@ -1,0 +1,260 @@
+"""The ``batchlog`` data source: batch reads by batch, the log as a table, and streaming reads of
+an upstream sink by a downstream query (restart exactly once, an upstream rewind detected).
+
+Every sink here is written by a real streaming query with batchlog's commit protocol; rows are
+read back and compared exactly, with plain Spark's read of the same sink where it has one.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import COMPACT_INTERVAL_KEY, batch_rows, drop_inputs, run_stream
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from support import await_query, batchlog, session_conf
+
+N = 6  # upstream batches of the shared sinks (compact interval 3: compacts 2 and 5)
+
+
+def ids(df: DataFrame, col: str = "id") -> list[int]:
+    return sorted(int(r[0]) for r in df.select(F.col(col).cast("long")).collect())
+
+
+def files_read(df: DataFrame) -> int:
+    """The number of files the scan of ``df`` read when it ran (its ``numFiles`` metric)."""
+    plan = df._jdf.queryExecution().executedPlan()
+    plan.executeCollect()
+    return int(plan.collectLeaves().head().metrics().apply("numFiles").value())
+
+
+def batch_ids(batches: range | list[int], rows: int = 4) -> list[int]:
+    return sorted(b * 100 + i for b in batches for i in range(rows))
+
+
+def write_sink(spark: SparkSession, root: Path, fmt: str, batches: int = N) -> Path:
+    """A sink of ``fmt`` partitioned by country, one input file (4 rows) a batch."""
+    drop_inputs(root / "in", {b: batch_rows(b, 3) for b in range(batches)})
+    with session_conf(spark, {COMPACT_INTERVAL_KEY: "3"}):
+        events = spark.readStream.schema("id LONG, country STRING, amount INT")
+        src = events.option("maxFilesPerTrigger", 1).json(str(root / "in"))
+        if fmt == "text":
+            src = src.select(F.to_json(F.struct("id", "amount")).alias("value"), "country")
+        w = src.writeStream.format(fmt).partitionBy("country")
+        q = w.option("checkpointLocation", str(root / "chk")).trigger(availableNow=True)
+        query = q.start(str(root / "out"))
+        await_query(query, root / "out")
+    return root / "out"
+
+
+def id_column(fmt: str) -> Any:
+    if fmt == "csv":
+        return F.col("_c0")
+    if fmt == "text":
+        return F.get_json_object("value", "$.id")
+    return F.col("id")
+
+
+@pytest.fixture(scope="module")
+def parquet_sink(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_sink(spark, tmp_path_factory.mktemp("parquet"), "parquet")
+
+
+# ---- batch reads -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "json", "orc", "csv", "text"])
+def test_each_format_reads_exactly_the_rows_of_chosen_batches(
+    spark: SparkSession, tmp_path: Path, fmt: str
+) -> None:
+    out = str(write_sink(spark, tmp_path, fmt))
+    plain = spark.read.format(fmt).load(out)
+    every = spark.read.format("batchlog").load(out)
+    # all batches: the same columns and rows as plain Spark's read of the sink
+    assert every.schema == plain.schema
+    assert sorted(map(tuple, every.collect())) == sorted(map(tuple, plain.collect()))
+    some = spark.read.format("batchlog").option("batches", "2-4").load(out)
+    assert ids(some.select(id_column(fmt).alias("id"))) == batch_ids(range(2, 5))
+    as_of = spark.read.format("batchlog").option("asOfBatch", 1).load(out)
+    assert ids(as_of.select(id_column(fmt).alias("id"))) == batch_ids(range(2))
+
+
+def test_partition_and_batch_filters_prune_files(spark: SparkSession, parquet_sink: Path) -> None:
+    out = str(parquet_sink)
+    df = spark.read.format("batchlog").option("withBatchId", "true").load(out)
+    assert df.columns == ["id", "amount", "country", "batchId"]
+    got = df.where("batchId = 3 and country = 'fr'")
+    assert [(r.id, r.batchId, r.country) for r in got.collect()] == [(301, 3, "fr")]
+    # both filters are partition filters: of the 18 files, only batch 3's under country=fr is
+    # read (the scan's own metric)
+    assert files_read(got) == 1 and files_read(df) == 3 * N
+    plan = got._jdf.queryExecution().executedPlan().toString()
+    assert "PartitionFilters" in plan and "batchId" in plan
+    # every row carries the batch that wrote it
+    rows = df.select("id", "batchId").collect()
+    assert sorted((r.id, r.batchId) for r in rows) == [(i, i // 100) for i in batch_ids(range(N))]
+    # column pruning and a data filter pushed to parquet, as on the plain path
+    pushed = df.where("amount > 3").select("id")
+    assert "PushedFilters: [IsNotNull(amount), GreaterThan(amount,3)]" in (
+        pushed._jdf.queryExecution().executedPlan().toString()
+    )
+    assert ids(pushed) == batch_ids(range(4, N))
+
+
+def test_sql_view_as_of_a_batch_and_the_log_as_a_table(
+    spark: SparkSession, parquet_sink: Path
+) -> None:
+    out = str(parquet_sink)
+    spark.sql(
+        "CREATE OR REPLACE TEMPORARY VIEW as_of_2 USING batchlog "
+        f"OPTIONS (path '{out}', asOfBatch '2')"
+    )
+    assert ids(spark.table("as_of_2")) == batch_ids(range(3))
+    log = spark.read.format("batchlog").option("log", "true").load(out)
+    entries = {r.path: r.batchId for r in log.collect()}
+    assert len(entries) == 3 * N
+    assert all(f"-batch-{b}-" in p for p, b in entries.items())
+    # which batch wrote this file: SQL over the log
+    one = next(p for p, b in entries.items() if b == 4)
+    spark.read.format("batchlog").option("log", "true").load(out).createOrReplaceTempView("lg")
+    assert spark.sql(f"SELECT batchId FROM lg WHERE path = '{one}'").collect()[0][0] == 4
+    assert sorted(
+        r.batchId
+        for r in spark.read.format("batchlog")
+        .option("log", "true")
+        .option("batches", "1-2")
+        .load(out)
+        .collect()
+    ) == [1, 1, 1, 2, 2, 2]
+
+
+@pytest.mark.parametrize(
+    ("options", "fragment"),
+    [
+        ({"batches": "5-2"}, "its first batch 5 is after its last 2"),
+        ({"batches": "x"}, "write a batch range as 41-45"),
+        ({"batches": "1", "asOfBatch": "2"}, "give either batches or asOfBatch"),
+        ({"withBatchId": "yes"}, "Invalid withBatchId = yes: it must be true or false"),
+        ({"format": "avro"}, "parquet, orc, json, csv, text"),
+    ],
+)
+def test_bad_options_are_refused_naming_the_option(
+    spark: SparkSession, parquet_sink: Path, options: dict[str, str], fragment: str
+) -> None:
+    with pytest.raises(Exception, match=re.escape(fragment)):
+        spark.read.format("batchlog").options(**options).load(str(parquet_sink)).collect()
+
+
+def test_a_path_that_is_no_sink_is_refused(spark: SparkSession, tmp_path: Path) -> None:
+    with pytest.raises(Exception, match="has no _spark_metadata directory"):
+        spark.read.format("batchlog").load(str(tmp_path))
+
+
+# ---- streaming reads ---------------------------------------------------------------------------
+
+
+def downstream(
+    spark: SparkSession, upstream: Path, root: Path, **options: str
+) -> tuple[list[dict[str, Any]], Any]:
+    """A downstream query: batchlog source over ``upstream`` -> parquet sink ``root/out``."""
+    stream = spark.readStream.format("batchlog").options(**options).load(str(upstream))
+    q = (
+        stream.writeStream.format("parquet")
+        .option("checkpointLocation", str(root / "chk"))
+        .trigger(availableNow=True)
+        .start(str(root / "out"))
+    )
+    try:
+        q.awaitTermination(300)
+    except Exception:
+        pass  # the test reads it from q.exception()
+    finally:
+        if q.isActive:
+            q.stop()
+    return [p for p in q.recentProgress if p["numInputRows"] > 0], q
+
+
+def add_upstream_batches(spark: SparkSession, up_root: Path, batches: range) -> None:
+    drop_inputs(up_root / "in", {b: batch_rows(b, 3) for b in batches})
+    with session_conf(spark, {COMPACT_INTERVAL_KEY: "3"}):
+        run_stream(spark, up_root / "in", up_root / "out", up_root / "chk")
+
+
+def test_stream_reads_each_batch_once_in_order_and_restarts_exactly_once(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    up = tmp_path / "up"
+    add_upstream_batches(spark, up, range(4))
+    down = tmp_path / "down"
+    progress, q = downstream(spark, up / "out", down, maxBatchesPerTrigger="1", withBatchId="true")
+    assert q.exception() is None
+    # one upstream batch per trigger, in order: 4 rows each
+    assert [p["numInputRows"] for p in progress] == [4, 4, 4, 4]
+    got = spark.read.parquet(str(down / "out"))
+    assert sorted((r.id, r.batchId) for r in got.collect()) == [
+        (i, i // 100) for i in batch_ids(range(4))
+    ]
+    # more upstream batches (across a compaction), then the downstream restarts from its
+    # checkpoint: only the new ones, each once
+    add_upstream_batches(spark, up, range(4, 9))
+    progress, q = downstream(spark, up / "out", down, maxFilesPerTrigger="7")
+    assert q.exception() is None
+    # whole batches up to 7 files: 3 files a batch -> 2 batches a trigger (4, 5, 6, 7, 8)
+    assert [p["numInputRows"] for p in progress] == [8, 8, 4]
+    assert ids(spark.read.parquet(str(down / "out"))) == batch_ids(range(9))
+    # nothing new: a restart emits nothing
+    progress, q = downstream(spark, up / "out", down)
+    assert progress == [] and q.exception() is None
+    assert ids(spark.read.parquet(str(down / "out"))) == batch_ids(range(9))
+
+
+def test_stream_starting_batch(spark: SparkSession, parquet_sink: Path, tmp_path: Path) -> None:
+    progress, q = downstream(spark, parquet_sink, tmp_path / "a", startingBatch="4")
+    assert q.exception() is None
+    assert ids(spark.read.parquet(str(tmp_path / "a" / "out"))) == batch_ids(range(4, N))
+    progress, q = downstream(spark, parquet_sink, tmp_path / "b", startingBatch="latest")
+    assert q.exception() is None and progress == []
+
+
+def test_upstream_rewind_stops_the_downstream_until_it_is_rewound_too(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    up = tmp_path / "up"
+    add_upstream_batches(spark, up, range(5))
+    down = tmp_path / "down"
+    _, q = downstream(spark, up / "out", down, maxBatchesPerTrigger="1")
+    assert q.exception() is None  # downstream batch k read upstream batch k, k = 0..4
+
+    # the upstream is rewound to batch 3: batches 3 and 4 are gone
+    batchlog.rewind(spark, str(up / "out"), str(up / "chk"), to_batch=3, quiet=True)
+    _, q = downstream(spark, up / "out", down)
+    err = str(q.exception())
+    assert "UPSTREAM_REWOUND" in err or "up to its batch 4, but that batch is gone" in err
+    assert "its latest batch is now 2" in err and "startingBatch" in err
+
+    # the upstream query runs again: batches 3 and 4 are written anew (new files)
+    (up / "in" / "events-003.json").write_text(
+        "".join(f'{{"id": {330 + i}, "country": "de", "amount": 3}}\n' for i in range(2))
+    )
+    with session_conf(spark, {COMPACT_INTERVAL_KEY: "3"}):
+        run_stream(spark, up / "in", up / "out", up / "chk")
+    _, q = downstream(spark, up / "out", down)
+    assert "up to its batch 4, but that batch was rewritten" in str(q.exception())
+    # nothing was emitted from the rewritten batches
+    assert ids(spark.read.parquet(str(down / "out"))) == batch_ids(range(5))
+
+    # the way out: rewind the downstream to its batch that first read a rewound batch (3)
+    batchlog.rewind(spark, str(down / "out"), str(down / "chk"), to_batch=3, quiet=True)
+    _, q = downstream(spark, up / "out", down)
+    assert q.exception() is None
+    expected = ids(spark.read.parquet(str(up / "out")))
+    assert ids(spark.read.parquet(str(down / "out"))) == expected
+    assert 330 in expected and 300 not in expected
+
+
+def test_stream_refuses_batch_options(spark: SparkSession, parquet_sink: Path) -> None:
+    with pytest.raises(Exception, match="it is an option of batch reads"):
+        spark.readStream.format("batchlog").option("batches", "1-2").load(str(parquet_sink))
