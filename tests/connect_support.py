@@ -45,10 +45,10 @@ STARTUP_TIMEOUT_S = 120
 BINDING_ADDRESS_KEY = "spark.connect.grpc.binding.address"
 BINDING_PORT_KEY = "spark.connect.grpc.binding.port"
 
-#: batchlog's session extensions (``spark.sql.extensions``).
-BATCHLOG_EXTENSIONS = "io.batchlog.sql.BatchLogExtensions"
-#: The extensions the shared server (``connect_url``) loads; None: none. Set it to
-#: ``BATCHLOG_EXTENSIONS`` once that class is in the batchlog jar.
+#: batchlog's session extensions (``spark.sql.extensions``): its SQL, which the Python API uses over
+#: Connect.
+BATCHLOG_EXTENSIONS = batchlog.EXTENSIONS_CLASS
+#: The extensions the shared server (``connect_url``) loads; None: none.
 CONNECT_EXTENSIONS: str | None = BATCHLOG_EXTENSIONS
 
 _STARTED_RE = re.compile(r"Spark Connect server started at: 127\.0\.0\.1:([0-9]+)")

@@ -14,8 +14,9 @@ Every step uses real queries and files and asserts exact rows, names or counts:
    refused, ``takeover`` hands the sink to it, and it runs; ``repair`` rebuilds a deleted
    ``_spark_metadata`` from the batch-tagged file names; ``adopt`` tags the log of a sink plain
    Spark wrote;
-4. the installed ``batchlog`` command: ``files``, ``verify``, ``inspect``;
-5. ``spark-submit --packages io.batchlog:batchlog-spark-<line>_<scala>:<version>`` from the local
+4. the ``batchlog`` data source (as of a batch, a downstream stream) and its SQL;
+5. the installed ``batchlog`` command: ``files``, ``verify``, ``inspect``;
+6. ``spark-submit --packages io.batchlog:batchlog-spark-<line>_<scala>:<version>`` from the local
    Maven repository the build published: Ivy fetches exactly that jar, and the app's sink is
    batch-tagged.
 
@@ -332,6 +333,28 @@ def main(workdir: Path, maven_repo: Path) -> None:
         assert sorted(e["batchId"] for e in entries) == [0, 0, 1, 1, 2, 2, 3, 3]
 
     step("adopt a sink plain Spark wrote", adopt)
+
+    def source_and_sql() -> None:
+        as_of = spark.read.format("batchlog").option("asOfBatch", 2).load(str(out)).collect()
+        assert sorted(r["id"] for r in as_of) == [t[0] for t in expected(range(3))]
+        down_out, down_chk = workdir / "down-out", workdir / "down-chk"
+        q = (
+            spark.readStream.format("batchlog")
+            .option("maxBatchesPerTrigger", 3)
+            .load(str(out))
+            .writeStream.format("parquet")
+            .option("checkpointLocation", str(down_chk))
+            .trigger(availableNow=True)
+            .start(str(down_out))
+        )
+        assert q.awaitTermination(300) is not False and q.exception() is None
+        assert read_plain(down_out) == expected(range(BATCHES + 1))
+        files = spark.sql(f"SELECT path FROM batchlog_files('{out}', 5)").collect()
+        assert sorted(r["path"] for r in files) == files_5
+        report = spark.sql(f"BATCHLOG VERIFY '{out}'").collect()[0]["report"]
+        assert '"healthy":true' in report
+
+    step("the batchlog data source (read, stream) and its SQL", source_and_sql)
     spark.stop()
 
     def commands() -> None:
