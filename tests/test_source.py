@@ -15,7 +15,7 @@ import pytest
 from conftest import COMPACT_INTERVAL_KEY, batch_rows, drop_inputs, run_stream
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from support import await_query, batchlog, session_conf
+from support import await_query, batchlog, session_conf, wait_until
 
 N = 6  # upstream batches of the shared sinks (compact interval 3: compacts 2 and 5)
 
@@ -258,3 +258,36 @@ def test_upstream_rewind_stops_the_downstream_until_it_is_rewound_too(
 def test_stream_refuses_batch_options(spark: SparkSession, parquet_sink: Path) -> None:
     with pytest.raises(Exception, match="it is an option of batch reads"):
         spark.readStream.format("batchlog").option("batches", "1-2").load(str(parquet_sink))
+
+
+def test_a_running_downstream_stops_when_its_upstream_is_rewound(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    up, down = tmp_path / "up", tmp_path / "down"
+    add_upstream_batches(spark, up, range(5))
+    q = (
+        spark.readStream.format("batchlog")
+        .load(str(up / "out"))
+        .writeStream.format("parquet")
+        .option("checkpointLocation", str(down / "chk"))
+        .trigger(processingTime="200 milliseconds")
+        .start(str(down / "out"))
+    )
+    try:
+        wait_until(
+            lambda: batchlog.SinkLog(spark, str(down / "out")).latest_batch() is not None
+            and ids(spark.read.parquet(str(down / "out"))) == batch_ids(range(5)),
+            120,
+            "the downstream to read upstream batches 0..4",
+        )
+        # while it runs: the upstream is rewound to 3 and its query writes 3 and 4 again
+        batchlog.rewind(spark, str(up / "out"), str(up / "chk"), to_batch=3, quiet=True)
+        with session_conf(spark, {COMPACT_INTERVAL_KEY: "3"}):
+            run_stream(spark, up / "in", up / "out", up / "chk")
+        wait_until(lambda: not q.isActive, 120, "the downstream to stop")
+        assert "up to its batch 4, but that batch" in str(q.exception())
+    finally:
+        if q.isActive:
+            q.stop()
+    # it emitted nothing from the rewound batches
+    assert ids(spark.read.parquet(str(down / "out"))) == batch_ids(range(5))

@@ -15,13 +15,15 @@ import io.batchlog.Compat
 
 /**
  * The offset of a `readStream.format("batchlog")` source, as a downstream query's `offsets/N`
- * records it: `{"batchId":7,"fingerprint":"3:1a2b3c4d"}`. Every upstream batch up to `batchId` was
- * emitted (-1: none), and `fingerprint` identifies what batch `batchId` wrote (the count and a
+ * records it: `{"batchId":7,"filesBatch":6,"fingerprint":"3:1a2b3c4d"}`. Every upstream batch up to
+ * `batchId` was emitted (-1: none); `filesBatch` is the last of them that wrote files (batches
+ * after it up to `batchId` wrote none), and `fingerprint` identifies what it wrote (the count and a
  * CRC32C of its file paths). A rewind of the upstream sink deletes its batches' files and its query
  * writes them again under new names, so a batch the downstream consumed that is gone or changed is
  * detected, never read twice or skipped silently.
  */
-final case class BatchLogOffset(batchId: Long, fingerprint: String) extends Offset {
+final case class BatchLogOffset(batchId: Long, filesBatch: Long, fingerprint: String)
+    extends Offset {
   override def json(): String = Serialization.write(this)(BatchLogOffset.formats)
 }
 
@@ -40,8 +42,10 @@ object BatchLogOffset {
   /** A batchlog source offset from its JSON, or None for any other source's offset. */
   def parse(json: String): Option[BatchLogOffset] =
     Try(JsonMethods.parse(json)).toOption.collect {
-      case JObject(List(("batchId", JInt(b)), ("fingerprint", JString(f)))) =>
-        BatchLogOffset(b.toLong, f)
+      case JObject(
+            List(("batchId", JInt(b)), ("filesBatch", JInt(fb)), ("fingerprint", JString(f)))
+          ) =>
+        BatchLogOffset(b.toLong, fb.toLong, f)
     }
 
   /** The fingerprint of a batch's files: their count and a CRC32C of their sorted paths. */

@@ -2,8 +2,6 @@ package io.batchlog.source
 
 import java.util.Locale
 
-import scala.collection.mutable
-
 import org.apache.spark.internal.Logging
 import org.apache.spark.sql.{DataFrame, SparkSession}
 import org.apache.spark.sql.connector.read.streaming.{
@@ -71,32 +69,60 @@ final class BatchLogSource(
   /** Set by `prepareForTriggerAvailableNow`: the last upstream batch this run reads. */
   @volatile private var availableNowEnd: Option[Long] = None
 
-  /** Entries of recently looked-up batches, so a trigger reads each batch's entries once. */
-  private val recent = mutable.LinkedHashMap.empty[Long, Seq[SinkLogEntry]]
-
-  private def entriesOf(from: Long, to: Long): Map[Long, Seq[SinkLogEntry]] = {
-    val missing = (from to to).filterNot(recent.contains)
-    if (missing.nonEmpty) {
-      val found = sink
-        .entries(BatchRange(Some(missing.head), Some(missing.last)), "batches", strict = false)
+  /**
+   * The live entries of batches `from` to `to` (inclusive), by batch, read from the log now: one
+   * read through the compact file's index and the batch files by name. Never cached across calls,
+   * so a check always sees the upstream as it is.
+   */
+  private def entriesOf(from: Long, to: Long): Map[Long, Seq[SinkLogEntry]] =
+    if (from > to) Map.empty
+    else {
+      val found = sink.entries(BatchRange(Some(from), Some(to)), "batches", strict = false)
         .groupBy(_.batchId.get)
-      missing.foreach(b => recent(b) = found.getOrElse(b, Nil))
-      while (recent.size > 1024) recent.remove(recent.head._1)
+      (from to to).map(b => b -> found.getOrElse(b, Nil)).toMap
     }
-    (from to to).map(b => b -> recent(b)).toMap
-  }
 
-  private def offsetOf(b: Long): BatchLogOffset =
-    BatchLogOffset(b, BatchLogOffset.fingerprint(entriesOf(b, b)(b).map(_.path)))
+  private def fingerprintOf(batch: Seq[SinkLogEntry]): String =
+    BatchLogOffset.fingerprint(batch.map(_.path))
 
-  /** Fails if the upstream no longer holds batch `consumed` as this query read it. */
-  private def checkConsumed(consumed: BatchLogOffset, latest: Long): Unit =
-    if (consumed.batchId >= 0) {
-      val now = if (consumed.batchId > latest) None else Some(offsetOf(consumed.batchId))
-      if (!now.contains(consumed)) {
-        recent.clear()
-        throw BatchLogException.upstreamRewound(sink.root.toString, consumed.batchId, latest)
+  /**
+   * The offset after emitting batches `from` to `end`: the last of them that wrote files (or, if
+   * none did, the previous offset's, or the batch before `from`), with its fingerprint.
+   */
+  private def offsetAfter(
+      prev: Option[BatchLogOffset],
+      from: Long,
+      end: Long,
+      byBatch: Map[Long, Seq[SinkLogEntry]]
+  ): BatchLogOffset =
+    (end to from by -1L).find(b => byBatch(b).nonEmpty) match {
+      case Some(f) => BatchLogOffset(end, f, fingerprintOf(byBatch(f)))
+      case None =>
+        prev.map(_.copy(batchId = end)).getOrElse {
+          val before = from - 1
+          val fp =
+            if (before < 0) fingerprintOf(Nil) else fingerprintOf(entriesOf(before, before)(before))
+          BatchLogOffset(end, before, fp)
+        }
+    }
+
+  /**
+   * Fails unless the upstream still holds what this query read up to `o`: batch `o.filesBatch` with
+   * the same files, and no files in the batches after it up to `o.batchId`. A rewind deletes and
+   * rewrites batches under new file names, so any rewind of a batch this query read changes one of
+   * these (a rewound batch that had no files and has none again changes nothing read).
+   */
+  private def requireIntact(o: BatchLogOffset, known: Map[Long, Seq[SinkLogEntry]]): Unit =
+    if (o.batchId >= 0) {
+      val latest = sink.log.getLatestBatchId().getOrElse(-1L)
+      val lo = math.max(o.filesBatch, 0L)
+      val now = if (o.batchId > latest) None else Some(known ++ entriesOf(lo, o.batchId))
+      val intact = now.exists { byBatch =>
+        val f = if (o.filesBatch < 0) Nil else byBatch(o.filesBatch)
+        fingerprintOf(f) == o.fingerprint &&
+        (o.filesBatch + 1 to o.batchId).forall(b => byBatch(b).isEmpty)
       }
+      if (!intact) throw BatchLogException.upstreamRewound(sink.root.toString, o.batchId, latest)
     }
 
   override def getDefaultReadLimit: ReadLimit = ReadLimit.allAvailable()
@@ -105,23 +131,23 @@ final class BatchLogSource(
     availableNowEnd = Some(sink.log.getLatestBatchId().getOrElse(-1L))
 
   override def latestOffset(startOffset: OffsetV2, limit: ReadLimit): OffsetV2 = {
-    val latest = sink.log.getLatestBatchId().getOrElse(-1L)
     val start = Option(startOffset).map(BatchLogOffset.of)
-    start.foreach(checkConsumed(_, latest))
+    start.foreach(requireIntact(_, Map.empty))
+    val latest = sink.log.getLatestBatchId().getOrElse(-1L)
     val from = start.map(_.batchId + 1).getOrElse(firstBatch)
     val until = math.min(latest, availableNowEnd.getOrElse(Long.MaxValue))
     if (from > until) return startOffset
     var end = maxBatches.fold(until)(n => math.min(until, from + n - 1))
+    val byBatch = entriesOf(from, end)
     maxFiles.foreach { limitFiles =>
-      val counts = entriesOf(from, end)
       var files = 0L
       var b = from
-      while (b <= end && (b == from || files + counts(b).length <= limitFiles)) {
-        files += counts(b).length; b += 1
+      while (b <= end && (b == from || files + byBatch(b).length <= limitFiles)) {
+        files += byBatch(b).length; b += 1
       }
       end = b - 1
     }
-    offsetOf(end)
+    offsetAfter(start, from, end, byBatch)
   }
 
   override def getOffset: Option[Offset] =
@@ -130,25 +156,13 @@ final class BatchLogSource(
   override def getBatch(start: Option[Offset], end: Offset): DataFrame = {
     val to = BatchLogOffset.of(end)
     val from = start.map(BatchLogOffset.of).map(_.batchId + 1).getOrElse(firstBatch)
-    val byBatch = if (from > to.batchId) Map.empty[Long, Seq[SinkLogEntry]]
-    else entriesOf(from, to.batchId)
-    // The end batch must still be the one the offset was planned with (it may come from a
-    // checkpoint written before an upstream rewind).
-    if (
-      to.batchId >= 0 && byBatch.contains(to.batchId) &&
-      BatchLogOffset.fingerprint(byBatch(to.batchId).map(_.path)) != to.fingerprint
-    ) {
-      recent.clear()
-      throw BatchLogException.upstreamRewound(
-        sink.root.toString,
-        to.batchId,
-        sink.log.getLatestBatchId().getOrElse(-1L)
-      )
-    }
+    val byBatch = entriesOf(from, to.batchId)
+    // The batches must still be the ones the offset was planned with: it may come from a
+    // checkpoint written before an upstream rewind, or the upstream may have been rewound since.
+    requireIntact(to, byBatch)
     val entries = byBatch.toSeq.sortBy(_._1).flatMap(_._2)
     logInfo(s"batches $from..${to.batchId} of ${sink.root}: ${entries.length} files")
     val relation = SinkRelations.files(sink, entries, sinkSchema, format, opts, withBatchId)
-    (from until to.batchId).foreach(recent.remove)
     SparkFrames.ofPlan(spark, SinkRelations.plan(relation, isStreaming = true))
   }
 
