@@ -52,10 +52,9 @@ object TableFunctions {
           )),
           () => {
             if (batch < 0) throw BatchLogException.invalidArgument("batch", batch, "must be >= 0")
-            new SinkRelations.Sink(spark(), path).entries(
-              BatchRange(Some(batch), Some(batch)),
-              "batch"
-            )
+            // as `files(b)`: the entries tagged with the batch (untagged ones belong to none)
+            new SinkRelations.Sink(spark(), path)
+              .entries(BatchRange(Some(batch), Some(batch)), "batch", strict = false)
               .map(e => Row(e.path, e.size, e.modificationTime, e.batchId.getOrElse(batch)))
           }
         )
