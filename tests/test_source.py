@@ -25,10 +25,15 @@ def ids(df: DataFrame, col: str = "id") -> list[int]:
 
 
 def files_read(df: DataFrame) -> int:
-    """The number of files the scan of ``df`` read when it ran (its ``numFiles`` metric)."""
+    """The number of files the scan of ``df`` reads: the files of its planned input partitions
+    (a V2 file scan), or its ``numFiles`` metric when it ran (a V1 file scan)."""
     plan = df._jdf.queryExecution().executedPlan()
-    plan.executeCollect()
-    return int(plan.collectLeaves().head().metrics().apply("numFiles").value())
+    leaf = plan.collectLeaves().head()
+    if leaf.metrics().contains("numFiles"):
+        plan.executeCollect()
+        return int(leaf.metrics().apply("numFiles").value())
+    parts = leaf.inputPartitions()
+    return sum(len(parts.apply(i).files()) for i in range(parts.size()))
 
 
 def batch_ids(batches: range | list[int], rows: int = 4) -> list[int]:
@@ -291,3 +296,33 @@ def test_a_running_downstream_stops_when_its_upstream_is_rewound(
             q.stop()
     # it emitted nothing from the rewound batches
     assert ids(spark.read.parquet(str(down / "out"))) == batch_ids(range(5))
+
+
+def test_reads_are_datasource_v2_with_v1_where_spark_plans_v1(
+    spark: SparkSession, parquet_sink: Path
+) -> None:
+    """format("batchlog") is a DataSource V2 table scanned by Spark's V2 file scan; with batchlog
+    in spark.sql.sources.useV1SourceList (as Spark's own file formats are by default) the same
+    read is planned by Spark's V1 file scan: same rows, same pruning."""
+    out = str(parquet_sink)
+
+    def read() -> DataFrame:
+        return (
+            spark.read.format("batchlog")
+            .option("withBatchId", "true")
+            .load(out)
+            .where("batchId = 3 and country = 'fr'")
+        )
+
+    v2 = read()
+    plan = v2._jdf.queryExecution().executedPlan().toString()
+    assert f"BatchScan batchlog.`{out}`" in plan and "ParquetScan" in plan
+    assert files_read(v2) == 1
+    assert [(r.id, r.batchId) for r in v2.collect()] == [(301, 3)]
+    v1_list = spark.conf.get("spark.sql.sources.useV1SourceList") + ",batchlog"
+    with session_conf(spark, {"spark.sql.sources.useV1SourceList": v1_list}):
+        v1 = read()
+        plan = v1._jdf.queryExecution().executedPlan().toString()
+        assert "FileScan parquet" in plan and "BatchScan" not in plan
+        assert files_read(v1) == 1
+        assert [(r.id, r.batchId) for r in v1.collect()] == [(301, 3)]

@@ -1,6 +1,8 @@
 package io.batchlog.source
 
-import org.apache.spark.sql.SQLContext
+import org.apache.spark.sql.{SparkSession, SQLContext}
+import org.apache.spark.sql.connector.catalog.{Table, TableProvider}
+import org.apache.spark.sql.connector.expressions.Transform
 import org.apache.spark.sql.execution.streaming.Source
 import org.apache.spark.sql.sources.{
   BaseRelation,
@@ -10,6 +12,7 @@ import org.apache.spark.sql.sources.{
   StreamSourceProvider
 }
 import org.apache.spark.sql.types.StructType
+import org.apache.spark.sql.util.CaseInsensitiveStringMap
 
 import io.batchlog.{BatchLogException, BuildInfo}
 
@@ -24,18 +27,68 @@ import io.batchlog.{BatchLogException, BuildInfo}
  *   CREATE TEMPORARY VIEW v USING batchlog OPTIONS (path '/data/out', asOfBatch '40')
  * }}}
  *
- * Reads of the sink's rows are planned by Spark's own file scan (`HadoopFsRelation` over
- * [[SinkFileIndex]]), the scan `spark.read.parquet(sink)` plans: column pruning, filter pushdown,
- * partition pruning and vectorized readers work as for the plain path, over the files of the chosen
- * batches only. The format and schema come from the sink's files; options are in [[SourceOptions]].
+ * It is a DataSource V2 `TableProvider`: `spark.read.format("batchlog")` resolves to a
+ * [[BatchLogTable]], whose rows are scanned by Spark's own V2 file scan of the sink's format over
+ * [[SinkFileIndex]]: column pruning, filter pushdown, partition pruning and vectorized readers work
+ * as for the plain path, over the files of the chosen batches only. The format and schema come from
+ * the sink's files; options are in [[SourceOptions]].
+ *
+ * Where Spark plans through V1 it is a V1 provider too, on the same file index: SQL's `CREATE
+ * TEMPORARY VIEW ... USING batchlog` (a `HadoopFsRelation`: Spark's V1 file scan), `readStream` (a
+ * V1 [[BatchLogSource]]: Spark's file sources stream through V1, and a V2 table without streaming
+ * capabilities falls back to it), and any read with `batchlog` in
+ * `spark.sql.sources.useV1SourceList`.
  */
 class BatchLogDataSource
-    extends DataSourceRegister
+    extends TableProvider
+    with DataSourceRegister
     with RelationProvider
     with SchemaRelationProvider
     with StreamSourceProvider {
 
   override def shortName(): String = BatchLogDataSource.Name
+
+  override def inferSchema(options: CaseInsensitiveStringMap): StructType =
+    BatchLogException.unchanged {
+      BuildInfo.requireMatchingSpark()
+      val opts = new SourceOptions.Parsed(BatchLogDataSource.toScala(options))
+      val sink = new SinkRelations.Sink(SparkSession.active, opts.path)
+      if (opts.flag(SourceOptions.Log)) new SinkRelations.LogRelation(sink, opts.range).schema
+      else BatchLogDataSource.withBatchIdIfAsked(batchSchema(sink, opts, None)._1, opts)
+    }
+
+  override def supportsExternalMetadata(): Boolean = true
+
+  override def getTable(
+      schema: StructType,
+      partitioning: Array[Transform],
+      properties: java.util.Map[String, String]
+  ): Table = BatchLogException.unchanged {
+    BuildInfo.requireMatchingSpark()
+    val options = BatchLogDataSource.toScala(properties)
+    val opts = new SourceOptions.Parsed(options)
+    val spark = SparkSession.active
+    val sink = new SinkRelations.Sink(spark, opts.path)
+    if (opts.flag(SourceOptions.Log)) {
+      new BatchLogTable(spark, options, new SinkRelations.LogRelation(sink, opts.range).schema, "")
+    } else {
+      // the schema given or inferred: only the format is looked up (in the newest batch's files)
+      val (columns, format) = batchSchema(sink, opts, Some(SinkRelations.withoutBatchId(schema)))
+      new BatchLogTable(
+        spark,
+        options,
+        BatchLogDataSource.withBatchIdIfAsked(columns, opts),
+        format
+      )
+    }
+  }
+
+  private def batchSchema(
+      sink: SinkRelations.Sink,
+      opts: SourceOptions.Parsed,
+      userSchema: Option[StructType]
+  ): (StructType, String) =
+    SinkRelations.batchSchema(sink, opts.range, opts.rangeKey, opts, userSchema)
 
   override def createRelation(
       sqlContext: SQLContext,
@@ -60,14 +113,8 @@ class BatchLogDataSource
     val range = opts.range
     if (opts.flag(SourceOptions.Log)) new SinkRelations.LogRelation(sink, range)
     else {
-      val entries = sink.entries(
-        range,
-        if (opts.get(SourceOptions.AsOfBatch).isDefined) {
-          SourceOptions.AsOfBatch
-        } else SourceOptions.Batches
-      )
-      val (schema, format) =
-        SinkRelations.schemaOf(sink, entries, opts, userSchema.map(SinkRelations.withoutBatchId))
+      val (schema, format) = batchSchema(sink, opts, userSchema.map(SinkRelations.withoutBatchId))
+      val entries = sink.entries(range, opts.rangeKey)
       SinkRelations.files(sink, entries, schema, format, opts, opts.flag(SourceOptions.WithBatchId))
     }
   }
@@ -119,16 +166,13 @@ class BatchLogDataSource
       )
     }
     val sink = new SinkRelations.Sink(sqlContext.sparkSession, opts.path)
-    val latest = sink.log.getLatestBatchId().getOrElse(-1L)
-    val sample = (latest to math.max(0L, latest - 9) by -1L).iterator
-      .map(b => sink.entries(BatchRange(Some(b), Some(b)), SourceOptions.Batches, strict = false))
-      .find(_.nonEmpty).getOrElse(Nil)
-    val (schema, format) =
-      SinkRelations.schemaOf(sink, sample, opts, userSchema.map(SinkRelations.withoutBatchId))
-    val full =
-      if (!opts.flag(SourceOptions.WithBatchId)) schema
-      else schema.add(SourceOptions.BatchIdColumn, "long")
-    (full, format)
+    val (schema, format) = SinkRelations.schemaOf(
+      sink,
+      sink.newestFiles(BatchRange.All),
+      opts,
+      userSchema.map(SinkRelations.withoutBatchId)
+    )
+    (BatchLogDataSource.withBatchIdIfAsked(schema, opts), format)
   }
 }
 
@@ -136,4 +180,16 @@ object BatchLogDataSource {
 
   /** The name of the data source: `format("batchlog")`, `USING batchlog`. */
   val Name = "batchlog"
+
+  /** The sink's columns, then `batchId` if the options ask for it. */
+  private def withBatchIdIfAsked(schema: StructType, opts: SourceOptions.Parsed): StructType =
+    if (!opts.flag(SourceOptions.WithBatchId)) schema
+    else schema.add(SourceOptions.BatchIdColumn, "long")
+
+  private def toScala(m: java.util.Map[String, String]): Map[String, String] = {
+    val out = Map.newBuilder[String, String]
+    val it = m.entrySet().iterator()
+    while (it.hasNext) { val e = it.next(); out += e.getKey -> e.getValue }
+    out.result()
+  }
 }

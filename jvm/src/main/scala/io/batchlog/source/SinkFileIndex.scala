@@ -15,7 +15,6 @@ import org.apache.spark.sql.catalyst.expressions.{
   InterpretedPredicate
 }
 import org.apache.spark.sql.execution.datasources.{
-  FileIndex,
   PartitionDirectory,
   PartitioningAwareFileIndex,
   PartitionSpec
@@ -25,15 +24,17 @@ import org.apache.spark.sql.types.{LongType, StructField, StructType}
 import io.batchlog.log.SinkLogEntry
 
 /**
- * The files of chosen batches of a sink, as the `FileIndex` Spark's file scan plans with: the same
- * scan as `spark.read.parquet(sink)` (column pruning, filter pushdown, partition pruning,
- * vectorized readers), over the files the log lists for those batches only.
+ * The files of chosen batches of a sink, as the file index Spark's file scans plan with (the V2
+ * `FileScan` of `format("batchlog")` and the V1 `HadoopFsRelation` of `USING batchlog`): the scan
+ * `spark.read.parquet(sink)` plans (column pruning, filter pushdown, partition pruning, vectorized
+ * readers), over the files the log lists for those batches only.
  *
  * The file statuses come from the log entries (path, size, modification time), as Spark's
  * `MetadataLogFileIndex` makes them: no data file is listed or probed. Partition columns are
- * inferred from the paths as for the plain path (or typed by the user's schema). With `withBatchId`
- * the writing batch is one more partition column, `batchId`: each (partition directory, batch) is a
- * partition, so a filter on `batchId` prunes files before any is opened.
+ * inferred from the paths by Spark's own `PartitioningAwareFileIndex` as for the plain path (or
+ * typed by the user's schema). With `withBatchId` the writing batch is one more partition column,
+ * `batchId`: each (partition directory, batch) is a partition, so a filter on `batchId` prunes
+ * files before any is opened.
  *
  * @param root
  *   the sink's output directory (the base path of partition discovery)
@@ -47,7 +48,7 @@ final class SinkFileIndex(
     options: Map[String, String],
     userSchema: Option[StructType],
     withBatchId: Boolean
-) extends FileIndex {
+) extends PartitioningAwareFileIndex(spark, options + ("basePath" -> root.toString), userSchema) {
 
   private val statuses: Seq[(FileStatus, Option[Long])] = entries.filterNot(_.isDir).map { e =>
     new FileStatus(
@@ -60,12 +61,20 @@ final class SinkFileIndex(
     ) -> e.batchId
   }
 
-  /** Spark's own partition inference over the logged files, as for a sink read by path. */
-  private val inner = new SinkFileIndex.Logged(spark, root, statuses.map(_._1), options, userSchema)
+  override protected val leafFiles: mutable.LinkedHashMap[Path, FileStatus] =
+    new mutable.LinkedHashMap[Path, FileStatus] ++= statuses.map { case (f, _) => f.getPath -> f }
 
-  private lazy val spec: PartitionSpec = inner.partitionSpec()
+  override protected val leafDirToChildrenFiles: Map[Path, Array[FileStatus]] =
+    statuses.map(_._1).groupBy(_.getPath.getParent).map { case (d, fs) => d -> fs.toArray }
+
+  /** The partitions of the output's directories (without `batchId`): Spark's inference. */
+  private lazy val spec: PartitionSpec = inferPartitioning()
+
+  override def partitionSpec(): PartitionSpec = spec
 
   override def rootPaths: Seq[Path] = Seq(root)
+
+  override def refresh(): Unit = ()
 
   override def partitionSchema: StructType =
     if (!withBatchId) spec.partitionColumns
@@ -76,12 +85,12 @@ final class SinkFileIndex(
       partitionFilters: Seq[Expression],
       dataFilters: Seq[Expression]
   ): Seq[PartitionDirectory] =
-    if (!withBatchId) inner.listFiles(partitionFilters, dataFilters)
+    if (!withBatchId) super.listFiles(partitionFilters, dataFilters)
     else {
       val batchOf = statuses.map { case (s, b) => s.getPath -> b }.toMap
       val keep = predicate(partitionFilters)
       val n = spec.partitionColumns.length
-      inner.listFiles(Nil, dataFilters).flatMap { dir =>
+      super.listFiles(Nil, dataFilters).flatMap { dir =>
         dir.files.map(_.fileStatus).groupBy(f => batchOf.getOrElse(f.getPath, None)).toSeq
           .sortBy(_._1.getOrElse(-1L)).map { case (batch, files) =>
             val values = new GenericInternalRow(n + 1)
@@ -110,41 +119,4 @@ final class SinkFileIndex(
         p.initialize(0)
         p.eval
     }
-
-  override def inputFiles: Array[String] = statuses.map(_._1.getPath.toString).toArray
-
-  override def refresh(): Unit = ()
-
-  override def sizeInBytes: Long = statuses.map(_._1.getLen).sum
-}
-
-object SinkFileIndex {
-
-  /** Spark's partition inference (`PartitioningAwareFileIndex`) over files known from the log. */
-  final private class Logged(
-      spark: SparkSession,
-      root: Path,
-      files: Seq[FileStatus],
-      options: Map[String, String],
-      userSchema: Option[StructType]
-  ) extends PartitioningAwareFileIndex(
-        spark,
-        options + ("basePath" -> root.toString),
-        userSchema
-      ) {
-
-    override protected val leafFiles: mutable.LinkedHashMap[Path, FileStatus] =
-      new mutable.LinkedHashMap[Path, FileStatus] ++= files.map(f => f.getPath -> f)
-
-    override protected val leafDirToChildrenFiles: Map[Path, Array[FileStatus]] =
-      files.groupBy(_.getPath.getParent).map { case (d, fs) => d -> fs.toArray }
-
-    override def rootPaths: Seq[Path] = Seq(root)
-
-    override def refresh(): Unit = ()
-
-    private lazy val spec = inferPartitioning()
-
-    override def partitionSpec(): PartitionSpec = spec
-  }
 }

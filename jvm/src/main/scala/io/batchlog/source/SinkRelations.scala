@@ -53,7 +53,60 @@ object SinkRelations {
 
     /** Some live file of the sink (to read a schema and format from), if it has any. */
     def sampleEntry(): Option[SinkLogEntry] = log.firstLiveEntry()
+
+    /**
+     * The files of the newest batch of `range` that wrote any (the sink's current schema), looked
+     * for in its newest [[SchemaLookBack]] batches, read without loading the log; Nil if none.
+     */
+    def newestFiles(range: BatchRange): Seq[SinkLogEntry] = {
+      val latest = log.getLatestBatchId().getOrElse(-1L)
+      val top = range.to.fold(latest)(math.min(_, latest))
+      val bottom = math.max(range.from.getOrElse(0L), top - SchemaLookBack + 1)
+      (top to bottom by -1L).iterator
+        .map(b => entries(BatchRange(Some(b), Some(b)), SourceOptions.Batches, strict = false))
+        .find(_.nonEmpty).getOrElse(Nil)
+    }
   }
+
+  /** How many batches back [[Sink.newestFiles]] looks for one that wrote files. */
+  val SchemaLookBack = 10
+
+  /** Formats whose schema Spark infers by reading every file (parquet, orc: one footer). */
+  private val ScannedForSchema = Set("json", "csv")
+
+  /**
+   * The schema and format of a batch read of `range`: the user's schema, or inferred as Spark
+   * infers a plain read's. Parquet and orc read one file's footer: here one of the newest batch of
+   * the range that wrote files, the sink's current schema, with no full log load. Json and csv read
+   * every chosen file, as they must: a column null in every row of a batch is absent from its json
+   * files.
+   */
+  def batchSchema(
+      sink: Sink,
+      range: BatchRange,
+      what: String,
+      opts: SourceOptions.Parsed,
+      userSchema: Option[StructType]
+  ): (StructType, String) = {
+    val newest = sink.newestFiles(range)
+    val format = formatOf(sink, if (newest.nonEmpty) newest else sink.sampleEntry().toSeq, opts)
+    val sample =
+      if (userSchema.isEmpty && ScannedForSchema(format)) sink.entries(range, what) else newest
+    schemaOf(sink, sample, opts, userSchema)
+  }
+
+  /** The sink's format: the option's, or told from its files' names. */
+  private def formatOf(sink: Sink, files: Seq[SinkLogEntry], opts: SourceOptions.Parsed): String =
+    opts.get(SourceOptions.Format).getOrElse(
+      files.headOption.flatMap(e => SourceOptions.formatOf(fileName(e))).getOrElse(
+        throw BatchLogException.invalidArgument(
+          SourceOptions.Format,
+          files.headOption.map(fileName).getOrElse("(no data file)"),
+          s"the format of ${sink.root} cannot be told from its data files' names; give it: " +
+            "option(\"format\", \"parquet\")"
+        )
+      )
+    )
 
   /**
    * The schema of the sink's rows (data columns, then partition columns) and its format, read from
@@ -67,16 +120,7 @@ object SinkRelations {
       userSchema: Option[StructType]
   ): (StructType, String) = {
     val files = if (sample.nonEmpty) sample else sink.sampleEntry().toSeq
-    val format = opts.get(SourceOptions.Format).getOrElse(
-      files.headOption.flatMap(e => SourceOptions.formatOf(fileName(e))).getOrElse(
-        throw BatchLogException.invalidArgument(
-          SourceOptions.Format,
-          files.headOption.map(fileName).getOrElse("(no data file)"),
-          s"the format of ${sink.root} cannot be told from its data files' names; give it: " +
-            "option(\"format\", \"parquet\")"
-        )
-      )
-    )
+    val format = formatOf(sink, files, opts)
     val schema = userSchema.getOrElse {
       if (files.isEmpty) {
         throw BatchLogException.invalidArgument(

@@ -97,6 +97,9 @@ object SourceOptions {
       case (None, None) => BatchRange.All
     }
 
+    /** The option the batch range was given with, to name in errors. */
+    def rangeKey: String = if (get(AsOfBatch).isDefined) AsOfBatch else Batches
+
     /** The options handed to the file format: everything but batchlog's own. */
     def formatOptions: Map[String, String] =
       raw.filter { case (k, _) => !Own(k.toLowerCase(Locale.ROOT)) }
@@ -126,13 +129,16 @@ object SourceOptions {
     case "json" => new JsonFileFormat
     case "csv" => new CSVFileFormat
     case "text" => new TextFileFormat
-    case other =>
-      throw BatchLogException.invalidArgument(
-        Format,
-        other,
-        "batchlog reads the formats of Spark's file sink: parquet, orc, json, csv, text"
-      )
+    case other => throw unknownFormat(other)
   }
+
+  /** The error for a format batchlog does not read. */
+  def unknownFormat(name: String): BatchLogException =
+    BatchLogException.invalidArgument(
+      Format,
+      name,
+      "batchlog reads the formats of Spark's file sink: parquet, orc, json, csv, text"
+    )
 }
 
 /** Batches `from` to `to`, both inclusive; None: open. */
