@@ -182,6 +182,12 @@ def test_sink_survives_sigkill_at_random_points(
             f"{len(expected)} records in {latest_seen + 1} batches, each read back exactly once; "
             f"{elapsed:.0f} s; seed {SEED}"
         )
-    assert latest_seen + 1 == ROUNDS * FILES_PER_ROUND  # one batch per input file
+    # One batch per committed query batch. Usually one per input file, but not always: Spark's
+    # file source logs its next file list (sources/0/N) before the query writes offsets/N, so a
+    # kill between the two makes the restarted query's next batch take two files (rows are still
+    # read once, as asserted above).
+    committed = max(int(n) for n in _names(chk / "commits") if n.isdigit())
+    assert latest_seen == committed
+    assert ROUNDS * FILES_PER_ROUND // 2 <= latest_seen + 1 <= ROUNDS * FILES_PER_ROUND
     assert total >= MIN_KILLS
     assert kills["mid-compaction"] >= 2
