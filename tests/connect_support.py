@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import socket
 import subprocess
 import sys
@@ -34,6 +33,7 @@ import batchlog
 import pyspark
 import pytest
 from pyspark.sql.connect.session import SparkSession as ConnectSession
+from support import stop_group
 
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
 SPARK_SUBMIT = SPARK_HOME / "bin" / "spark-submit"
@@ -102,18 +102,7 @@ def _accepts(port: int) -> bool:
 
 def stop_connect_server(proc: subprocess.Popen[bytes]) -> None:
     """Stops the server's process group (the JVM and any Python worker it forked) by PID."""
-    if proc.poll() is not None:
-        return
-    for sig, wait_s in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(wait_s)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+    stop_group(proc)
 
 
 def start_connect_server(

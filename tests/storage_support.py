@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -25,7 +24,7 @@ from pathlib import Path
 import pyspark
 import pytest
 from pyspark.sql import SparkSession
-from support import REPO, S3A_CLASSPATH
+from support import REPO, S3A_CLASSPATH, stop_group
 
 PYSPARK_JARS = Path(pyspark.__file__).parent / "jars"
 STORAGE_TOOLS = REPO / ".tools" / "storage"
@@ -50,13 +49,7 @@ def minicluster_jar() -> Path:
 
 def stop_server(proc: subprocess.Popen[bytes]) -> None:
     """Stops the server's process group (the JVM and anything it forked) by PID."""
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(30)
+    stop_group(proc)
 
 
 def _wait_ready(proc: subprocess.Popen[bytes], ready: Path, log: Path, what: str) -> str:

@@ -11,6 +11,7 @@ editable install points at.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -161,3 +162,20 @@ def wait_lease_released(output_dir: Path | str, timeout_s: float = 30.0) -> None
     """
     lease = Path(output_dir) / "_spark_metadata" / LEASE_FILE
     wait_until(lambda: not lease.exists(), timeout_s, f"{lease} to go after its query", step=0.02)
+
+
+def stop_group(proc: subprocess.Popen[Any]) -> None:
+    """Stops the process group ``proc`` leads (started with ``start_new_session``: a JVM and
+    anything it forked) by PID: SIGTERM, then SIGKILL if it is still there after 30 s."""
+    if proc.poll() is not None:
+        return
+    for sig, wait_s in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(wait_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import urllib.request
@@ -34,7 +33,7 @@ from conftest import (
 )
 from pyspark.sql import SparkSession
 from storage_support import RemoteFs, hdfs  # noqa: F401  (the fixture)
-from support import poll
+from support import poll, stop_group
 
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
 SPARK_CLASS = SPARK_HOME / "bin" / "spark-class"
@@ -43,22 +42,6 @@ APP = REPO / "tests" / "apps" / "example_stream.py"
 STARTUP_TIMEOUT_S = 120
 SUBMIT_TIMEOUT_S = QUERY_TIMEOUT_S
 BATCHES = 5  # compactInterval 2: compactions at batches 1 and 3
-
-
-def stop_group(proc: subprocess.Popen) -> None:
-    """Stops the process group ``proc`` leads (started with ``start_new_session``)."""
-    if proc.poll() is not None:
-        return
-    for sig, wait_s in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(wait_s)
-            return
-        except subprocess.TimeoutExpired:
-            continue
 
 
 @dataclass
