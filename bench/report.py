@@ -1,10 +1,10 @@
 """Judges the figures of ``bench/run`` against the project's performance targets.
 
 Reads the JSON files the benchmarks wrote (``SinkLogBench``, ``FilesBench``, ``rewind_1000.py``,
-``e2e_latency.py``; each a list of figures: every repeat of one measure of one implementation at
-one size), prints one table of every target with its figure, the spread of the repeats and MET /
-NOT MET, writes it all as JSON (``--json``) and plots time and heap against entries, vanilla vs
-batchlog (``--plot``, a PNG).
+``e2e_latency.py``, ``requests.py``, ``downstream.py``; each a list of figures: every repeat of one
+measure of one implementation at one size), prints one table of every target with its figure, the
+spread of the repeats and MET / NOT MET, writes it all as JSON (``--json``) and plots time and heap
+against entries, vanilla vs batchlog (``--plot``, a PNG).
 
 A figure is the best of its repeats; a ratio is of two bests measured in the same run. The spread,
 (max - min) / min of the repeats, says how much a figure moved while it was taken.
@@ -18,10 +18,22 @@ import argparse
 import json
 import re
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 Figures = dict[tuple[str, str, int], list[float]]  # (measure, impl, entries) -> repeats
+
+# downstream.py: a stream over the sink, Spark's file source ("vanilla") vs the batchlog source
+DOWNSTREAM = "downstream "
+DOWNSTREAM_READERS = (("vanilla", "Spark's file source"), ("batchlog", "batchlog source"))
+DOWNSTREAM_COLUMNS = (
+    ("downstream steady micro-batches", "micro-batches", "{:,.0f}"),
+    ("downstream planning per micro-batch (median)", "planning median ms", "{:,.1f}"),
+    ("downstream planning per micro-batch (p90)", "planning p90 ms", "{:,.1f}"),
+    ("downstream catch-up micro-batch (trigger)", "catch-up ms", "{:,.0f}"),
+    ("downstream driver heap growth (live, after catch-up)", "heap after catch-up MiB", "{:,.1f}"),
+    ("downstream driver heap growth (live, steady)", "heap growth MiB", "{:,.1f}"),
+)
 
 
 @dataclass(frozen=True)
@@ -94,7 +106,7 @@ def judge(fig: Figures) -> list[Line]:
             Line(target, f"{min(xs):,.2f} {unit}", spread(xs), f"< {goal} {unit}", min(xs) < goal)
         )
 
-    sizes = sorted({n for (_, _, n) in fig if n > 0})
+    sizes = sorted({n for (m, _, n) in fig if n > 0 and not m.startswith(DOWNSTREAM)})
     for n in sizes:
         s = size(n)
         if get("last compaction", "vanilla", n):
@@ -179,6 +191,19 @@ def judge(fig: Figures) -> list[Line]:
     m = "commit latency (addBatch, median of a round)"
     if get(m, "batchlog"):
         ratio("end-to-end commit latency vs vanilla", get(m, "batchlog"), get(m, "vanilla"), 1.05)
+    for n in sorted({n for (k, _, n) in fig if k.startswith(DOWNSTREAM)}):
+        for target, measure, goal in (
+            ("planning per micro-batch (median)", DOWNSTREAM_COLUMNS[1][0], 0.10),
+            ("driver heap growth", DOWNSTREAM_COLUMNS[5][0], 0.25),
+        ):
+            ratio(
+                f"downstream {target}, batchlog vs file source, {size(n)}",
+                get(measure, "batchlog", n),
+                get(measure, "vanilla", n),
+                goal,
+            )
+            if n < 1_000_000 and lines[-1].met is not None:  # the goals are for 1M entries
+                lines[-1] = replace(lines[-1], goal=f"{lines[-1].goal} at 1M", met=None)
     return lines
 
 
@@ -194,6 +219,22 @@ def table(fig: Figures, lines: list[Line], heaps: dict[str, int]) -> str:
         out.append(
             f"{measure:<58} {impl:<9} {size(n) if n else '-':>8} {min(xs):>12,.2f} {spread(xs):>7}"
         )
+    for n in sorted({n for (k, _, n) in fig if k.startswith(DOWNSTREAM)}):
+        out.append(
+            f"\ndownstream stream over a sink of {size(n)} entries (steady-state micro-batches; "
+            "planning = latestOffset + getBatch + queryPlanning):"
+        )
+        out.append(f"{'reader':<20}" + "".join(f" {h:>23}" for _, h, _ in DOWNSTREAM_COLUMNS))
+        for impl, name in DOWNSTREAM_READERS:
+            cells = [fig.get((m, impl, n)) for m, _, _ in DOWNSTREAM_COLUMNS]
+            if any(cells):
+                out.append(
+                    f"{name:<20}"
+                    + "".join(
+                        f" {fmt.format(min(xs)) if xs else '-':>23}"
+                        for xs, (_, _, fmt) in zip(cells, DOWNSTREAM_COLUMNS)
+                    )
+                )
     w = max(len(x.target) for x in lines) if lines else 10
     out.append("\ntargets:")
     out.append(f"{'target':<{w}} {'figure':<34} {'spread':<11} {'goal':<10} verdict")
@@ -202,7 +243,7 @@ def table(fig: Figures, lines: list[Line], heaps: dict[str, int]) -> str:
     missed = [x for x in lines if x.met is False]
     out.append(
         f"\n{sum(x.met is True for x in lines)} MET, {len(missed)} NOT MET, "
-        f"{sum(x.met is None for x in lines)} without a figure"
+        f"{sum(x.met is None for x in lines)} n/a (no figure, or not at the size of its goal)"
     )
     return "\n".join(out)
 

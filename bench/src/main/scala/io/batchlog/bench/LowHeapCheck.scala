@@ -8,7 +8,6 @@ import org.apache.spark.sql.SparkSession
 
 import io.batchlog.BatchLog
 import io.batchlog.log.{BatchTaggedFileStreamSinkLog, SinkLogEntry}
-import io.batchlog.ops.ReadByBatch
 
 /**
  * batchlog in a driver with a small heap (run with -Xmx256m): builds a log of `--entries` (default
@@ -78,7 +77,7 @@ object LowHeapCheck {
     )
     timed("entries().count() (read by Spark)")(api.entries().count())
     timed(s"read(from_batch=$last, to_batch=$last).count()") {
-      ReadByBatch(spark, out.toString, "parquet", Some(last.toLong), Some(last.toLong)).count()
+      api.read("parquet", Long.box(last.toLong), Long.box(last.toLong)).count()
     }
     println("low-heap check: all steps completed")
     spark.stop()
