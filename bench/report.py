@@ -160,10 +160,16 @@ def judge(fig: Figures) -> list[Line]:
             5,
             "s",
         )
-    ok = get("replay after rewind: rows exactly once", "batchlog")
-    if ok is not None:
+    replayed = get("replay after rewind: rows exactly once", "batchlog")
+    if replayed is not None:
         lines.append(
-            Line("replay after rewind: every row once", str(bool(ok[0])), "-", "True", ok[0] == 1)
+            Line(
+                "replay after rewind: every row once",
+                str(bool(replayed[0])),
+                "-",
+                "True",
+                replayed[0] == 1,
+            )
         )
 
     def extra(target: str, measure: str, goal: float) -> None:
@@ -183,14 +189,19 @@ def judge(fig: Figures) -> list[Line]:
         if k.startswith("requests: ") and (k.startswith("requests: files(") or "batch_of" in k)
     )
     for op in lookups:
-        n, lists = get(f"requests: {op}", "batchlog"), get(f"LISTs: {op}", "batchlog")
-        if n and lists is not None:
-            ok = n[0] <= 4 and lists[0] == 0
-            figure = f"{n[0]:.0f} requests, {lists[0]:.0f} LIST"
-            lines.append(Line(f"S3 requests of {op}", figure, "-", "<= 4, no LIST", ok))
-    m = "commit latency (addBatch, median of a round)"
-    if get(m, "batchlog"):
-        ratio("end-to-end commit latency vs vanilla", get(m, "batchlog"), get(m, "vanilla"), 1.05)
+        count, lists = get(f"requests: {op}", "batchlog"), get(f"LISTs: {op}", "batchlog")
+        if count and lists is not None:
+            ok = count[0] <= 4 and lists[0] == 0
+            shown = f"{count[0]:.0f} requests, {lists[0]:.0f} LIST"
+            lines.append(Line(f"S3 requests of {op}", shown, "-", "<= 4, no LIST", ok))
+    latency = "commit latency (addBatch, median of a round)"
+    if get(latency, "batchlog"):
+        ratio(
+            "end-to-end commit latency vs vanilla",
+            get(latency, "batchlog"),
+            get(latency, "vanilla"),
+            1.05,
+        )
     for n in sorted({n for (k, _, n) in fig if k.startswith(DOWNSTREAM)}):
         for target, measure, goal in (
             ("planning per micro-batch (median)", DOWNSTREAM_COLUMNS[1][0], 0.10),

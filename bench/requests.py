@@ -204,10 +204,10 @@ def main() -> None:
             runs[name] = stream(spark, rlog, work / name, stores[name], protocol, args.batches)
 
         def is_compaction(b: int) -> bool:
-            return (b + 1) % args.interval == 0
+            return bool((b + 1) % args.interval == 0)
 
         def figure(name: str, key: str, batches: list[int]) -> float:
-            return statistics.mean(runs[name][b][key] for b in batches)
+            return float(statistics.mean(runs[name][b][key] for b in batches))
 
         normal = [b for b in range(1, args.batches) if not is_compaction(b)]
         compactions = [b for b in range(args.batches) if is_compaction(b)]

@@ -77,6 +77,8 @@ def main() -> None:
 
     build_s = run()
     latest = batchlog.SinkLog(spark, str(out)).latest_batch()
+    if latest is None:
+        raise SystemExit("the query wrote no batch: see its log above")
     print(f"sink: {latest + 1} batches written in {build_s:.0f} s; best of {args.repeat}")
     for d in (out, chk):  # log and checkpoint files are replaced, never changed in place
         shutil.copytree(d, snap / d.name, copy_function=os.link)

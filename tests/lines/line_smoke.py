@@ -236,7 +236,7 @@ def main(workdir: Path, maven_repo: Path) -> None:
     )
     spark = batchlog.configure(builder).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
-    jvm = spark._jvm  # type: ignore[attr-defined]
+    jvm: Any = spark._jvm
     java = jvm.java.lang.System.getProperty("java.version")
     scala = jvm.scala.util.Properties.versionNumberString()
 
