@@ -326,3 +326,26 @@ def test_reads_are_datasource_v2_with_v1_where_spark_plans_v1(
         assert "FileScan parquet" in plan and "BatchScan" not in plan
         assert files_read(v1) == 1
         assert [(r.id, r.batchId) for r in v1.collect()] == [(301, 3)]
+
+
+def test_json_schema_is_inferred_from_every_chosen_file(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Json files leave out null fields: a column null in every row of the newest batch is still
+    in the schema of a read of all batches (every chosen file is read, as spark.read.json does),
+    and absent from a read of that batch alone."""
+    rows = {b: batch_rows(b, 3) for b in range(3)}
+    for r in rows[2]:
+        r["amount"] = None
+    drop_inputs(tmp_path / "in", rows)
+    with session_conf(spark, {COMPACT_INTERVAL_KEY: "3"}):
+        run_stream(spark, tmp_path / "in", tmp_path / "out", tmp_path / "chk", fmt="json")
+    out = str(tmp_path / "out")
+    every = spark.read.format("batchlog").load(out)
+    assert sorted(every.columns) == ["amount", "country", "id"]
+    assert sorted((r.id, r.amount) for r in every.collect()) == sorted(
+        (r["id"], r["amount"]) for b in range(3) for r in rows[b]
+    )
+    newest = spark.read.format("batchlog").option("batches", "2").load(out)
+    assert sorted(newest.columns) == ["country", "id"]
+    assert sorted(r.id for r in newest.collect()) == batch_ids([2])

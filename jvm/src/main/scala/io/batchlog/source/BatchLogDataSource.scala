@@ -54,7 +54,17 @@ class BatchLogDataSource
       val opts = new SourceOptions.Parsed(BatchLogDataSource.toScala(options))
       val sink = new SinkRelations.Sink(SparkSession.active, opts.path)
       if (opts.flag(SourceOptions.Log)) new SinkRelations.LogRelation(sink, opts.range).schema
-      else BatchLogDataSource.withBatchIdIfAsked(batchSchema(sink, opts, None)._1, opts)
+      else {
+        val (columns, _) =
+          SinkRelations.batchSchema(
+            sink,
+            opts.range,
+            sink.entries(opts.range, opts.rangeKey),
+            opts,
+            None
+          )
+        BatchLogDataSource.withBatchIdIfAsked(columns, opts)
+      }
     }
 
   override def supportsExternalMetadata(): Boolean = true
@@ -68,27 +78,15 @@ class BatchLogDataSource
     val options = BatchLogDataSource.toScala(properties)
     val opts = new SourceOptions.Parsed(options)
     val spark = SparkSession.active
+    // a path that is no sink and a bad range are refused here, at load(); the log is read when a
+    // scan is built (the format with it); the schema is the one given or inferred
     val sink = new SinkRelations.Sink(spark, opts.path)
-    if (opts.flag(SourceOptions.Log)) {
-      new BatchLogTable(spark, options, new SinkRelations.LogRelation(sink, opts.range).schema, "")
-    } else {
-      // the schema given or inferred: only the format is looked up (in the newest batch's files)
-      val (columns, format) = batchSchema(sink, opts, Some(SinkRelations.withoutBatchId(schema)))
-      new BatchLogTable(
-        spark,
-        options,
-        BatchLogDataSource.withBatchIdIfAsked(columns, opts),
-        format
-      )
-    }
+    val range = opts.range
+    val tableSchema =
+      if (opts.flag(SourceOptions.Log)) new SinkRelations.LogRelation(sink, range).schema
+      else BatchLogDataSource.withBatchIdIfAsked(SinkRelations.withoutBatchId(schema), opts)
+    new BatchLogTable(spark, options, tableSchema)
   }
-
-  private def batchSchema(
-      sink: SinkRelations.Sink,
-      opts: SourceOptions.Parsed,
-      userSchema: Option[StructType]
-  ): (StructType, String) =
-    SinkRelations.batchSchema(sink, opts.range, opts.rangeKey, opts, userSchema)
 
   override def createRelation(
       sqlContext: SQLContext,
@@ -113,8 +111,14 @@ class BatchLogDataSource
     val range = opts.range
     if (opts.flag(SourceOptions.Log)) new SinkRelations.LogRelation(sink, range)
     else {
-      val (schema, format) = batchSchema(sink, opts, userSchema.map(SinkRelations.withoutBatchId))
-      val entries = sink.entries(range, opts.rangeKey)
+      lazy val entries = sink.entries(range, opts.rangeKey) // once, for the schema and the files
+      val (schema, format) = SinkRelations.batchSchema(
+        sink,
+        range,
+        entries,
+        opts,
+        userSchema.map(SinkRelations.withoutBatchId)
+      )
       SinkRelations.files(sink, entries, schema, format, opts, opts.flag(SourceOptions.WithBatchId))
     }
   }

@@ -33,14 +33,11 @@ import io.batchlog.BatchLogException
  * @param tableSchema
  *   the sink's columns (data, then partition columns), then `batchId` with `withBatchId`; or the
  *   log's columns with `log=true`
- * @param format
- *   the sink's format (parquet, orc, json, csv, text); unused with `log=true`
  */
 final class BatchLogTable(
     spark: SparkSession,
     options: Map[String, String],
-    tableSchema: StructType,
-    format: String
+    tableSchema: StructType
 ) extends Table
     with SupportsRead {
 
@@ -61,6 +58,7 @@ final class BatchLogTable(
         () => new BatchLogTable.LogScan(relation)
       } else {
         val entries = sink.entries(opts.range, opts.rangeKey)
+        val format = SinkRelations.formatOf(sink, entries, opts)
         val columns = SinkRelations.withoutBatchId(tableSchema)
         val index = new SinkFileIndex(
           spark,

@@ -67,6 +67,9 @@ final class SinkFileIndex(
   override protected val leafDirToChildrenFiles: Map[Path, Array[FileStatus]] =
     statuses.map(_._1).groupBy(_.getPath.getParent).map { case (d, fs) => d -> fs.toArray }
 
+  private lazy val batchOf: Map[Path, Option[Long]] =
+    statuses.map { case (s, b) => s.getPath -> b }.toMap
+
   /** The partitions of the output's directories (without `batchId`): Spark's inference. */
   private lazy val spec: PartitionSpec = inferPartitioning()
 
@@ -87,7 +90,6 @@ final class SinkFileIndex(
   ): Seq[PartitionDirectory] =
     if (!withBatchId) super.listFiles(partitionFilters, dataFilters)
     else {
-      val batchOf = statuses.map { case (s, b) => s.getPath -> b }.toMap
       val keep = predicate(partitionFilters)
       val n = spec.partitionColumns.length
       super.listFiles(Nil, dataFilters).flatMap { dir =>

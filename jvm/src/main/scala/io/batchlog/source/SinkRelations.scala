@@ -75,28 +75,31 @@ object SinkRelations {
   private val ScannedForSchema = Set("json", "csv")
 
   /**
-   * The schema and format of a batch read of `range`: the user's schema, or inferred as Spark
-   * infers a plain read's. Parquet and orc read one file's footer: here one of the newest batch of
-   * the range that wrote files, the sink's current schema, with no full log load. Json and csv read
-   * every chosen file, as they must: a column null in every row of a batch is absent from its json
-   * files.
+   * The schema and format of a batch read of `range` (`chosen`: its entries, read only if needed):
+   * the user's schema, or inferred as Spark infers a plain read's. Parquet and orc read one file's
+   * footer: here one of the newest batch of the range that wrote files, the sink's current schema,
+   * with no full log load. Json and csv read every chosen file, as they must: a column null in
+   * every row of a batch is absent from its json files.
    */
   def batchSchema(
       sink: Sink,
       range: BatchRange,
-      what: String,
+      chosen: => Seq[SinkLogEntry],
       opts: SourceOptions.Parsed,
       userSchema: Option[StructType]
   ): (StructType, String) = {
     val newest = sink.newestFiles(range)
-    val format = formatOf(sink, if (newest.nonEmpty) newest else sink.sampleEntry().toSeq, opts)
-    val sample =
-      if (userSchema.isEmpty && ScannedForSchema(format)) sink.entries(range, what) else newest
+    val format = formatOf(sink, newest, opts)
+    val sample = if (userSchema.isEmpty && ScannedForSchema(format)) chosen else newest
     schemaOf(sink, sample, opts, userSchema)
   }
 
-  /** The sink's format: the option's, or told from its files' names. */
-  private def formatOf(sink: Sink, files: Seq[SinkLogEntry], opts: SourceOptions.Parsed): String =
+  /**
+   * The sink's format: the option's, or told from the names of `sample` (files of the sink; if
+   * none, of its first live file).
+   */
+  def formatOf(sink: Sink, sample: Seq[SinkLogEntry], opts: SourceOptions.Parsed): String = {
+    lazy val files = if (sample.nonEmpty) sample else sink.sampleEntry().toSeq
     opts.get(SourceOptions.Format).getOrElse(
       files.headOption.flatMap(e => SourceOptions.formatOf(fileName(e))).getOrElse(
         throw BatchLogException.invalidArgument(
@@ -107,6 +110,7 @@ object SinkRelations {
         )
       )
     )
+  }
 
   /**
    * The schema of the sink's rows (data columns, then partition columns) and its format, read from
