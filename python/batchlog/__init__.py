@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from pyspark.sql import SparkSession
 
-from batchlog import _sql, reports
+from batchlog import _effective_conf, _sql, reports
 from batchlog._jars import jar_path
 from batchlog.errors import (
     BatchLogError,
@@ -112,14 +112,23 @@ EXTENSIONS_CLASS = _sql.EXTENSIONS_CLASS
 
 
 def configure(builder: SparkSession.Builder) -> SparkSession.Builder:
-    """``builder`` with the batchlog jar for the installed pyspark (:func:`jar_path`) added to
-    ``spark.jars``, the commit protocol set and batchlog's SQL extensions added."""
-    options = getattr(builder, "_options", {})
-    jars = [j for j in str(options.get("spark.jars", "")).split(",") if j]
-    jars.append(jar_path())
-    extensions = [e for e in str(options.get(EXTENSIONS_KEY, "")).split(",") if e]
+    """``builder`` with batchlog added to the session's effective configuration: its jar for the
+    installed pyspark (:func:`jar_path`) added to ``spark.jars``, its commit protocol set and its
+    SQL extensions appended to ``spark.sql.extensions``.
+
+    Added, never replaced: the jars and extensions the session would have without this call stay,
+    in their order, wherever they were set (:mod:`batchlog._effective_conf`): the builder's own
+    options, a running ``SparkContext``, ``spark-defaults.conf`` and ``PYSPARK_SUBMIT_ARGS``
+    (``--jars``, ``--packages``, ``--conf``) as ``pyspark`` and ``spark-submit`` load them. Where
+    ``PYSPARK_SUBMIT_ARGS`` names ``--jars`` and the JVM is not started yet, the jar is added there
+    too: ``spark-submit`` puts that list, not ``spark.jars``, on the driver's class path.
+    """
+    effective = _effective_conf.EffectiveConf.of(builder)
+    jars = _effective_conf.with_jar(effective.list_value("spark.jars"), jar_path())
+    extensions = effective.list_value(EXTENSIONS_KEY)
     if EXTENSIONS_CLASS not in extensions:
         extensions.append(EXTENSIONS_CLASS)
+    _effective_conf.add_submit_jar(jar_path())
     return (
         builder.config("spark.jars", ",".join(jars))
         .config(COMMIT_PROTOCOL_KEY, COMMIT_PROTOCOL_CLASS)
