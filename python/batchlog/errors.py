@@ -6,6 +6,8 @@ each exception class here only names a JVM error ``code`` so callers can catch i
 
 from __future__ import annotations
 
+import re
+
 
 class BatchLogError(Exception):
     """Base class of every batchlog error."""
@@ -122,4 +124,6 @@ ERRORS_BY_CODE: dict[str, type[BatchLogError]] = {
 
 def error_for_code(code: str, message: str) -> BatchLogError:
     """The Python exception for a JVM error ``code`` (``BatchLogError`` for an unknown one)."""
-    return ERRORS_BY_CODE.get(code, BatchLogError)(message)
+    # a message that went through SQL carries its code as a tag ([BATCHLOG.<CODE>]): said once
+    untagged = re.sub(r"^\[BATCHLOG\.[A-Z_]+\]\s*", "", message)
+    return ERRORS_BY_CODE.get(code, BatchLogError)(untagged)

@@ -206,10 +206,16 @@ def read(
     source: ``spark.read.format("batchlog").option("batches", "8-")`` reads the same.
     """
     if _sql.is_remote(spark):
-        batches = ("" if from_batch is None else str(int(from_batch))) + "-"
-        batches += "" if to_batch is None else str(int(to_batch))
         reader = spark.read.format("batchlog").option("format", format)
-        return reader.option("batches", batches).load(sink_path)
+        if from_batch is not None or to_batch is not None:
+            # an open end is left out: "8-", "-7"; no range at all reads every batch
+            batches = ("" if from_batch is None else str(int(from_batch))) + "-"
+            batches += "" if to_batch is None else str(int(to_batch))
+            reader = reader.option("batches", batches)
+        with _sql.sql_errors():
+            df = reader.load(sink_path)
+            _ = df.schema  # resolved now, as over py4j: a bad range or sink fails here, by its code
+        return df
     with jvm_errors():
         jdf = sink(spark, sink_path).read(
             format,

@@ -43,7 +43,8 @@ class SinkLog:
     def latest_batch(self) -> int | None:
         """The latest committed batch id, or ``None`` if the sink has committed nothing."""
         if self._remote:
-            latest = int(self._table("batchlog_latest_batch")[0] or -1)
+            found = self._table("batchlog_latest_batch")
+            latest = -1 if not found or found[0] is None else int(found[0])
             return None if latest < 0 else latest
         with jvm_errors():
             latest = int(self._j.latestBatch())
@@ -52,7 +53,7 @@ class SinkLog:
     def batches(self) -> list[int]:
         """Ids of the batches that wrote at least one live file, ascending."""
         if self._remote:
-            return [int(b or 0) for b in self._table("batchlog_batches")]
+            return [int(b) for b in self._table("batchlog_batches") if b is not None]
         with jvm_errors():
             return [int(b) for b in self._j.batches()]
 

@@ -15,6 +15,7 @@ import org.apache.spark.sql.types.StructType
 import org.apache.spark.sql.util.CaseInsensitiveStringMap
 
 import io.batchlog.{BatchLogException, BuildInfo}
+import io.batchlog.sql.SqlErrors
 
 /**
  * The `batchlog` data source, found by Spark's service loader when the jar is on the class path:
@@ -49,7 +50,7 @@ class BatchLogDataSource
   override def shortName(): String = BatchLogDataSource.Name
 
   override def inferSchema(options: CaseInsensitiveStringMap): StructType =
-    BatchLogException.unchanged {
+    BatchLogDataSource.refusing {
       BuildInfo.requireMatchingSpark()
       val opts = new SourceOptions.Parsed(BatchLogDataSource.toScala(options))
       val sink = new SinkRelations.Sink(SparkSession.active, opts.path)
@@ -73,7 +74,7 @@ class BatchLogDataSource
       schema: StructType,
       partitioning: Array[Transform],
       properties: java.util.Map[String, String]
-  ): Table = BatchLogException.unchanged {
+  ): Table = BatchLogDataSource.refusing {
     BuildInfo.requireMatchingSpark()
     val options = BatchLogDataSource.toScala(properties)
     val opts = new SourceOptions.Parsed(options)
@@ -104,7 +105,7 @@ class BatchLogDataSource
       sqlContext: SQLContext,
       parameters: Map[String, String],
       userSchema: Option[StructType]
-  ): BaseRelation = BatchLogException.unchanged {
+  ): BaseRelation = BatchLogDataSource.refusing {
     BuildInfo.requireMatchingSpark()
     val opts = new SourceOptions.Parsed(parameters)
     val sink = new SinkRelations.Sink(sqlContext.sparkSession, opts.path)
@@ -154,7 +155,7 @@ class BatchLogDataSource
       sqlContext: SQLContext,
       userSchema: Option[StructType],
       parameters: Map[String, String]
-  ): (StructType, String) = BatchLogException.unchanged {
+  ): (StructType, String) = BatchLogDataSource.refusing {
     BuildInfo.requireMatchingSpark()
     val opts = new SourceOptions.Parsed(parameters)
     if (
@@ -181,6 +182,13 @@ class BatchLogDataSource
 }
 
 object BatchLogDataSource {
+
+  /**
+   * Runs a resolution step that changes nothing: its errors say so, and carry their code in the
+   * message (`[BATCHLOG.<CODE>]`, as SQL's do), the one part of a JVM error a Spark Connect client
+   * receives.
+   */
+  private def refusing[T](body: => T): T = SqlErrors.tagged(BatchLogException.unchanged(body))
 
   /** The name of the data source: `format("batchlog")`, `USING batchlog`. */
   val Name = "batchlog"

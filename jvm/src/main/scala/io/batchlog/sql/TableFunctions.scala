@@ -109,7 +109,7 @@ object TableFunctions {
   def all(spark: () => SparkSession): Seq[(FunctionIdentifier, ExpressionInfo, Builder)] =
     functions(spark).map { fn =>
       val builder: Builder = args =>
-        SqlErrors.tagged {
+        SqlErrors.tagged(BatchLogException.unchanged {
           if (args.length != fn.params.length) {
             throw BatchLogException.invalidArgument(
               fn.name,
@@ -119,7 +119,7 @@ object TableFunctions {
           }
           val values = fn.params.zip(args).map { case (p, e) => literal(fn.name, p, e) }
           fn.build(values)
-        }
+        })
       val info =
         new ExpressionInfo(getClass.getName, null, fn.name, fn.usage, "", "", "", "", "", "", "")
       (FunctionIdentifier(fn.name), info, builder)
@@ -150,5 +150,5 @@ final private class RowsRelation(
     with TableScan {
   override def sqlContext: SQLContext = spark.sqlContext
   override def buildScan(): RDD[Row] =
-    spark.sparkContext.parallelize(SqlErrors.tagged(compute()), 1)
+    spark.sparkContext.parallelize(SqlErrors.tagged(BatchLogException.unchanged(compute())), 1)
 }
