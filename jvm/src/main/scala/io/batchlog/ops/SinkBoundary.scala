@@ -19,45 +19,45 @@ import io.batchlog.log.DataFileNaming
  * reports it, rewind and vacuum refuse to act while the log holds one, and repair rebuilds the log
  * from the data files inside the output, which leaves it out.
  *
- * A path is inside when, qualified against the output's file system (a path without a scheme is the
- * output's) and normalized (`..` and `.` resolved, as Hadoop's `Path` does), it has the output's
- * scheme and authority, lies strictly below the output's path, and no directory between the output
- * and it is hidden (`_`/`.`: `_spark_metadata`, `_batchlog`: never data). On the local disk, where
- * links exist, neither it nor any directory between the output and it may be a symbolic link
- * (checked with `lstat`, each directory once per boundary). The output path itself is the user's
- * choice and is taken as given.
+ * A path is inside when it is on the output's file system (Hadoop's `checkPath`: the same scheme
+ * and authority, a default port may be left out; a path without a scheme is the output's) and,
+ * qualified and normalized (`..` and `.` resolved), lies strictly below the output's path, and no
+ * directory between the output and it is hidden (`_`/`.`: `_spark_metadata`, `_batchlog`: never
+ * data). On the local disk, where links exist, neither it nor any directory between the output and
+ * it may be a symbolic link (checked with `lstat`, each directory once per boundary). The output
+ * path itself is the user's choice and is taken as given.
  */
 final class SinkBoundary(fs: FileSystem, outputDir: Path) {
 
-  val output: Path = fs.makeQualified(outputDir)
-  private val outUri = output.toUri
-  private val outPath = outUri.getPath.stripSuffix("/")
+  /** The output, qualified, without a trailing `/` (its depth is that of its path's names). */
+  val output: Path = {
+    val q = fs.makeQualified(outputDir)
+    val path = q.toUri.getPath
+    if (path.length > 1 && path.endsWith("/")) {
+      new Path(q.toUri.getScheme, q.toUri.getAuthority, path.stripSuffix("/"))
+    } else q
+  }
+  private val outPath = output.toUri.getPath.stripSuffix("/")
   private val local = fs.getScheme == "file"
   private val linkDirs = mutable.HashMap.empty[Path, Boolean]
 
-  /** `p` qualified against the output's file system and normalized. */
-  def qualify(p: Path): Path = {
-    val u = p.toUri
-    val q = if (u.getScheme == null)
-      new Path(fs.getUri.getScheme, fs.getUri.getAuthority, u.getPath)
-    else p
-    new Path(q.toUri.normalize())
-  }
+  /**
+   * `p` qualified against the output's file system and normalized, or None if it is on another file
+   * system (another scheme or authority, as Hadoop's `checkPath` judges it: a default port may be
+   * left out).
+   */
+  def qualify(p: Path): Option[Path] =
+    try Some(new Path(fs.makeQualified(p).toUri.normalize()))
+    catch { case _: IllegalArgumentException => None } // "Wrong FS"
 
   /** Why `p` is not the sink's to act on, or None if it lies inside the output. */
-  def foreignReason(p: Path): Option[String] = {
-    val q = qualify(p)
-    val u = q.toUri
-    def same(a: String, b: String) =
-      Option(a).getOrElse("").equalsIgnoreCase(Option(b).getOrElse(""))
-    if (!same(u.getScheme, outUri.getScheme) || !same(u.getAuthority, outUri.getAuthority)) {
-      Some(s"on another file system than the output ($output)")
-    } else if (!u.getPath.startsWith(outPath + "/")) {
+  def foreignReason(p: Path): Option[String] = qualify(p) match {
+    case None => Some(s"on another file system than the output ($output)")
+    case Some(q) if !q.toUri.getPath.startsWith(outPath + "/") =>
       Some(s"outside the output directory $output")
-    } else {
-      val between = Iterator.iterate(q.getParent)(_.getParent).takeWhile(d =>
-        d != null && d.depth() > output.depth()
-      ).toSeq
+    case Some(q) =>
+      val between = Iterator.iterate(q.getParent)(_.getParent)
+        .takeWhile(d => d != null && d.depth() > output.depth()).toList
       between.find(d => DataFileNaming.isHidden(d.getName)).map(d =>
         s"inside $d, a directory Spark never reads data from"
       ).orElse {
@@ -67,7 +67,6 @@ final class SinkBoundary(fs: FileSystem, outputDir: Path) {
           s"reached through the symbolic link $d"
         )
       }
-    }
   }
 
   private def isLink(p: Path): Boolean = Files.isSymbolicLink(Paths.get(p.toUri))
