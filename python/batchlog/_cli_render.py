@@ -159,7 +159,10 @@ def verify(r: VerifyReport) -> None:
         ["log errors", len(r.log_errors), "unhealthy"],
         ["damaged compact-file indexes", len(r.index_problems), "unhealthy; see repair"],
         ["indexes rebuilt in memory", r.indexes_rebuilt_in_memory, "ok (missing or legacy v1)"],
+        ["logged outside the output", r.foreign_count, "unhealthy; see repair"],
         ["orphans (on disk, not logged)", r.orphan_count, "ok; see vacuum"],
+        ["symbolic links (not followed)", len(r.links), "ok; never followed or deleted"],
+        ["other files (not data)", r.other_file_count, "ok; never deleted"],
     ]
     print()
     print(table(["check", "files", "meaning"], rows))
@@ -179,7 +182,9 @@ def verify(r: VerifyReport) -> None:
     listed += [
         ("batch", e.path, e.batch_id, f"name says batch {e.name_batch_id}") for e in r.wrong_batch
     ]
+    listed += [("outside", e.path, e.batch_id, e.reason) for e in r.foreign]
     listed += [("orphan", o.path, o.batch_id, o.size) for o in r.orphans]
+    listed += [("link", p, None, "not followed") for p in r.links]
     if listed:
         print()
         print(
@@ -190,8 +195,14 @@ def verify(r: VerifyReport) -> None:
         )
         if len(listed) > SHOWN:
             print(f"... and {len(listed) - SHOWN} more")
+    for c in r.checkpoints_in_output:
+        print(f"\ncheckpoint inside the output: {c} (vacuum refuses this output)")
     index_only = not (
-        r.log_errors or r.missing_count or r.size_mismatch_count or r.wrong_batch_count
+        r.log_errors
+        or r.missing_count
+        or r.size_mismatch_count
+        or r.wrong_batch_count
+        or r.foreign_count
     )
     if not r.healthy and index_only:
         print("\nOnly indexes are damaged. `python -m batchlog repair PATH` rewrites them.")
@@ -270,3 +281,8 @@ def vacuum_plan(r: VacuumReport, older_than: str, dry_run: bool) -> None:
     print(table(["orphans", "files", "size"], rows))
     for c in r.candidates[:SHOWN]:
         print(f"  {c.path}")
+    if r.other_file_count or r.skipped_links:
+        print(
+            f"left alone      {r.other_file_count} files not named as data files, "
+            f"{len(r.skipped_links)} symbolic links (never followed)"
+        )

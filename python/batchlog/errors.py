@@ -111,6 +111,18 @@ class UpstreamRewoundError(BatchLogError):
     code = "UPSTREAM_REWOUND"
 
 
+class ForeignPathError(BatchLogError):
+    """The sink's log names files outside its output directory; maintenance acts on none."""
+
+    code = "FOREIGN_PATH"
+
+
+class CheckpointInOutputError(BatchLogError):
+    """A streaming query checkpoint lies inside the sink's output directory (vacuum refuses)."""
+
+    code = "CHECKPOINT_IN_OUTPUT"
+
+
 def _all_errors(cls: type[BatchLogError]) -> list[type[BatchLogError]]:
     return [c for sub in cls.__subclasses__() for c in (sub, *_all_errors(sub))]
 

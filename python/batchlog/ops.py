@@ -238,7 +238,11 @@ def verify(spark: SparkSession, sink_path: str) -> VerifyReport:
     index (``N.compact.index``) must be proved and match the compact file's bytes; one that does
     not is listed in ``index_problems`` and makes the sink unhealthy: readers rebuild it in
     memory and compaction never uses it until ``repair`` rewrites it. Missing or legacy (v1)
-    indexes are only counted (``indexes_rebuilt_in_memory``). ``healthy`` is the verdict.
+    indexes are only counted (``indexes_rebuilt_in_memory``). An entry naming a file outside the
+    output directory (another path, file system, or through a symbolic link) is ``foreign``: it
+    makes the sink unhealthy, and rewind and vacuum refuse (``ForeignPathError``) until ``repair``
+    rebuilds the log without it. Links found in the output are listed (``links``), never followed;
+    only files named ``part-<digits>-...`` count as data. ``healthy`` is the verdict.
     """
     if _sql.is_remote(spark):
         report = _sql.statement(spark, f"BATCHLOG VERIFY {_sql.literal(sink_path)}")
@@ -312,6 +316,10 @@ def vacuum(
 
     A dry run by default. Never deletes a live logged file, nor, while a writer is live, a file
     of a batch after the latest logged one (it may be running). Reports counts and bytes of
-    candidates, deleted and skipped files.
+    candidates, deleted and skipped files. Only files inside the output named as data files
+    (``part-<digits>-...``) are candidates; links are never followed nor deleted, other files are
+    counted (``other_file_count``) and left. Refuses, deleting nothing, while the log names a
+    file outside the output (``ForeignPathError``) or the output holds a streaming query
+    checkpoint (``CheckpointInOutputError``).
     """
     return vacuum_action(spark, sink_path, older_than).execute(dry_run, quiet)

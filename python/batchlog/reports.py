@@ -127,6 +127,13 @@ class SizeMismatch(LoggedFile):
 
 
 @dataclasses.dataclass(frozen=True)
+class ForeignEntry(LoggedFile):
+    """A logged file not inside the output directory; ``reason`` says why. Nothing acts on it."""
+
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True)
 class WrongBatch(LoggedFile):
     """A logged file whose batch-tagged name names another batch than its entry."""
 
@@ -307,6 +314,11 @@ class VerifyReport(Report):
     orphan_count: int
     orphan_bytes: int
     orphans: list[OrphanFile]
+    foreign_count: int
+    foreign: list[ForeignEntry]
+    links: list[str]
+    checkpoints_in_output: list[str]
+    other_file_count: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -363,3 +375,5 @@ class VacuumReport(Report):
     candidates: list[OrphanFile]
     skipped_running: list[str]
     skipped_recent: list[str]
+    skipped_links: list[str]
+    other_file_count: int

@@ -50,6 +50,8 @@ object BatchLogException {
   val BatchOutOfOrder = "BATCH_OUT_OF_ORDER"
   val UnsupportedSpark = "UNSUPPORTED_SPARK_VERSION"
   val UpstreamRewound = "UPSTREAM_REWOUND"
+  val ForeignPath = "FOREIGN_PATH"
+  val CheckpointInOutput = "CHECKPOINT_IN_OUTPUT"
 
   /** Every error code; Python's `batchlog.errors` has one exception class per code (tested). */
   val Codes: Seq[String] = Seq(
@@ -68,7 +70,9 @@ object BatchLogException {
     SinkChangedWhileWriting,
     BatchOutOfOrder,
     UnsupportedSpark,
-    UpstreamRewound
+    UpstreamRewound,
+    ForeignPath,
+    CheckpointInOutput
   )
 
   def notASink(path: String): BatchLogException = new BatchLogException(
@@ -134,13 +138,18 @@ object BatchLogException {
       s"Cannot rewind to batch $toBatch: the oldest batch a rewind can reach is $horizon ($why)."
     )
 
-  def rewindInProgress(sink: String, toBatch: Long, checkpoint: String): BatchLogException =
+  def rewindInProgress(
+      sink: String,
+      toBatch: Long,
+      checkpoint: String,
+      andThen: String = "restart the query"
+  ): BatchLogException =
     new BatchLogException(
       RewindInProgress,
       s"The sink $sink is being rewound to batch $toBatch (checkpoint $checkpoint) and the " +
         "rewind did not finish. Nothing is written to it until it does: re-run " +
         s"`python -m batchlog rewind $sink --checkpoint $checkpoint --to-batch $toBatch` to " +
-        "finish it, then restart the query."
+        s"finish it, then $andThen."
     )
 
   def queryActive(sink: String): BatchLogException = new BatchLogException(
@@ -216,5 +225,37 @@ object BatchLogException {
         "rewound upstream batch (`python -m batchlog rewind <its sink> --checkpoint <its " +
         "checkpoint> --to-batch N`), or restart it from a new checkpoint with option " +
         "startingBatch set to the first upstream batch to read."
+    )
+
+  /**
+   * The sink's log names files that are not inside its output directory (see
+   * `io.batchlog.ops.SinkBoundary`): `op` acts on none of them. `examples` are (path, why).
+   */
+  def foreignPath(
+      op: String,
+      sink: String,
+      count: Long,
+      examples: Seq[(String, String)]
+  ): BatchLogException = new BatchLogException(
+    ForeignPath,
+    s"The log of the sink $sink names $count file(s) that are not inside its output directory: " +
+      examples.map { case (p, why) => s"$p ($why)" }.mkString("; ") +
+      (if (count > examples.length) s"; and ${count - examples.length} more" else "") +
+      s". $op acts only inside the output directory and deletes nothing outside it, so it stops. " +
+      s"`python -m batchlog verify $sink` lists them. If they are not the sink's files, " +
+      s"`python -m batchlog repair $sink` rebuilds the log from the data files inside the output " +
+      "(the current log is kept as _spark_metadata.broken-<time>); if they are, move them into " +
+      "the output directory first, then repair."
+  )
+
+  /** `op` met a streaming query checkpoint (`dir`) inside the sink's output directory. */
+  def checkpointInOutput(op: String, sink: String, dirs: Seq[String]): BatchLogException =
+    new BatchLogException(
+      CheckpointInOutput,
+      s"The output directory $sink holds a streaming query checkpoint: ${dirs.mkString(", ")} " +
+        s"(a 'metadata' file and an 'offsets' directory). $op deletes files in the output that " +
+        "the log does not list, and a checkpoint is not the sink's to clean, so it stops. Move " +
+        "the checkpoint out of the output directory (stop its query, move the directory, restart " +
+        "the query with the new checkpointLocation), then run it again."
     )
 }

@@ -1,7 +1,7 @@
 package io.batchlog
 
 import java.io.File
-import java.nio.file.Files
+import java.nio.file.{Files, LinkOption}
 
 import org.scalatest.funsuite.AnyFunSuite
 
@@ -15,8 +15,11 @@ trait TempDirs extends AnyFunSuite {
     finally deleteRecursively(dir)
   }
 
+  /** Deletes `f` and all below it; a symbolic link is deleted itself, never followed. */
   protected def deleteRecursively(f: File): Unit = {
-    if (f.isDirectory) Option(f.listFiles()).foreach(_.foreach(deleteRecursively))
-    if (f.exists() && !f.delete()) throw new java.io.IOException(s"Cannot delete $f")
+    if (Files.isDirectory(f.toPath, LinkOption.NOFOLLOW_LINKS)) {
+      Option(f.listFiles()).foreach(_.foreach(deleteRecursively))
+    }
+    Files.deleteIfExists(f.toPath)
   }
 }

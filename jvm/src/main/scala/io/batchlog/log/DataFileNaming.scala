@@ -13,6 +13,11 @@ import java.util.UUID
  * }}}
  *
  * Vanilla Spark names them `part-<split>-<uuid><suffix>`; those have no batch.
+ *
+ * What counts as a data file where batchlog deletes or rebuilds from a listing (vacuum, repair,
+ * verify's orphans): a name starting `part-<digits>-`, as every Spark file writer (and batchlog's
+ * committer) names its output, that is not hidden. Anything else in the output directory (a user's
+ * `README.txt`, a checkpoint kept there, `_batchlog/`, `_spark_metadata`) is never data.
  */
 object DataFileNaming {
 
@@ -23,6 +28,7 @@ object DataFileNaming {
   val Pattern: String = s"part-[0-9]+-batch-([0-9]+)-$UuidPattern"
 
   private val regex = Pattern.r.unanchored
+  private val dataName = "part-[0-9]+-.+".r
   private val uuidRegex = UuidPattern.r
 
   /** The UUID in a data file name (one per write job), or the name itself if it has none. */
@@ -35,5 +41,14 @@ object DataFileNaming {
   def batchIdOf(pathOrName: String): Option[Long] = {
     val name = pathOrName.substring(pathOrName.lastIndexOf('/') + 1)
     regex.findFirstMatchIn(name).map(_.group(1).toLong)
+  }
+
+  /** A name Spark ignores as data: starting with `_` or `.` (as its file index does). */
+  def isHidden(name: String): Boolean = name.startsWith("_") || name.startsWith(".")
+
+  /** True if `name` is named as a sink's data file (see above): `part-<digits>-...`, not hidden. */
+  def isDataFileName(name: String): Boolean = name match {
+    case dataName() => true
+    case _ => false
   }
 }

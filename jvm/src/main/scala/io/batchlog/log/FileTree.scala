@@ -1,32 +1,54 @@
 package io.batchlog.log
 
-import org.apache.hadoop.fs.{FileStatus, FileSystem, Path}
+import java.nio.file.{Files, LinkOption, Paths}
+import java.nio.file.attribute.BasicFileAttributes
+
+import org.apache.hadoop.fs.{ChecksumFileSystem, FileStatus, FileSystem, Path}
 
 /**
- * Every file below a directory, listed the way that is cheapest on its file system.
+ * Every file below a directory, listed the way that is cheapest on its file system, and never
+ * through a symbolic link.
  *
  * Why not always `FileSystem.listFiles(root, recursive = true)`: on an object store it is one flat
  * listing (a request per 1,000 keys, however deep the partition directories), but it returns a
  * `LocatedFileStatus` per file, and building one on the local file system reads the file's
  * permissions, which Hadoop does by forking `ls -ld` when its native library is absent (as in a
  * pip-installed pyspark): about 5 ms a file, 35 s for the rewind of a 1,000-batch sink. So the
- * local file system is walked with `listStatusIterator` (plain statuses, no permissions read) and
+ * local file system is walked with `java.nio` (one `lstat` per entry, no permissions read) and
  * every other one listed flat.
+ *
+ * Why never through a link: the walks feed deletes (rewind, vacuum, state cuts). Hadoop's local
+ * listing reports a link to a directory as that directory, so a walk that follows it deletes the
+ * files behind it, outside the tree. Here a link (to a file or a directory, dangling or not) is
+ * handed to `onLink` and neither followed nor reported as a file: on the local disk from its
+ * `NOFOLLOW_LINKS` attributes, elsewhere from `FileStatus.isSymlink` (HDFS reports links as neither
+ * file nor directory and does not descend into them; object stores have none). The root itself is
+ * the caller's choice and is followed.
  */
 object FileTree {
 
   /**
    * Calls `fn` for every file below `root` (none if it is absent), skipping every directory for
-   * which `skipDir(name)` holds, with all below it.
+   * which `skipDir(name)` holds, with all below it; `onLink` gets every symbolic link met (not
+   * below a skipped directory), `onDir` (local disk only: a flat listing has no directories) every
+   * directory met, skipped or not.
    */
-  def foreachFile(fs: FileSystem, root: Path, skipDir: String => Boolean = _ => false)(
-      fn: FileStatus => Unit
-  ): Unit = {
+  def foreachFile(
+      fs: FileSystem,
+      root: Path,
+      skipDir: String => Boolean = _ => false,
+      onLink: Path => Unit = _ => (),
+      onDir: Path => Unit = _ => ()
+  )(fn: FileStatus => Unit): Unit = {
     if (!fs.exists(root)) return
-    if (fs.getScheme == "file") walk(fs, root, skipDir, fn)
-    else {
-      val depth = root.depth()
-      val it = fs.listFiles(root, true)
+    val qualified = fs.makeQualified(root)
+    if (fs.getScheme == "file") {
+      val hidesChecksums = fs.isInstanceOf[ChecksumFileSystem]
+      val blockSize = fs.getDefaultBlockSize(qualified)
+      walk(fs, Paths.get(qualified.toUri), blockSize, hidesChecksums, skipDir, onLink, onDir, fn)
+    } else {
+      val depth = qualified.depth()
+      val it = fs.listFiles(qualified, true)
       while (it.hasNext) {
         val f = it.next()
         var dir = f.getPath.getParent
@@ -35,24 +57,51 @@ object FileTree {
           skipped = skipDir(dir.getName)
           dir = dir.getParent
         }
-        if (!skipped) fn(f)
+        if (!skipped) { if (f.isSymlink) onLink(f.getPath) else if (f.isFile) fn(f) }
       }
     }
   }
 
   private def walk(
       fs: FileSystem,
-      dir: Path,
+      dir: java.nio.file.Path,
+      blockSize: Long,
+      hidesChecksums: Boolean,
       skipDir: String => Boolean,
+      onLink: Path => Unit,
+      onDir: Path => Unit,
       fn: FileStatus => Unit
   ): Unit = {
-    val it = fs.listStatusIterator(dir)
-    val subdirs = Seq.newBuilder[Path]
-    while (it.hasNext) {
-      val f = it.next()
-      if (!f.isDirectory) fn(f)
-      else if (!skipDir(f.getPath.getName)) subdirs += f.getPath
-    }
-    subdirs.result().foreach(walk(fs, _, skipDir, fn))
+    // as Hadoop's local listing names them (`file:///a/b`, the form Spark logs)
+    def hadoopPath(p: java.nio.file.Path) =
+      new Path(p.toString).makeQualified(fs.getUri, fs.getWorkingDirectory)
+    val subdirs = Seq.newBuilder[java.nio.file.Path]
+    val stream = Files.newDirectoryStream(dir)
+    try {
+      val it = stream.iterator()
+      while (it.hasNext) {
+        val entry = it.next()
+        val name = entry.getFileName.toString
+        val attrs =
+          try
+            Some(Files.readAttributes(
+              entry,
+              classOf[BasicFileAttributes],
+              LinkOption.NOFOLLOW_LINKS
+            ))
+          catch { case _: java.nio.file.NoSuchFileException => None } // gone since listed
+        attrs.foreach { a =>
+          if (a.isSymbolicLink) onLink(hadoopPath(entry))
+          else if (a.isDirectory) {
+            onDir(hadoopPath(entry))
+            if (!skipDir(name)) subdirs += entry
+          } else if (!(hidesChecksums && name.startsWith(".") && name.endsWith(".crc"))) {
+            val mtime = a.lastModifiedTime().toMillis
+            fn(new FileStatus(a.size(), false, 1, blockSize, mtime, hadoopPath(entry)))
+          }
+        }
+      }
+    } finally stream.close()
+    subdirs.result().foreach(walk(fs, _, blockSize, hidesChecksums, skipDir, onLink, onDir, fn))
   }
 }

@@ -37,10 +37,12 @@ import io.batchlog.log.{
  * Its record keeps the interval and the owner, with the epoch moved on so that a writer still
  * running against the old log fails before it commits.
  *
- * Files whose names carry no batch are reported and left out (never guessed). The new log is
- * written beside the old one and then swapped in: the damaged `_spark_metadata` is renamed to
- * `_spark_metadata.broken-<ts>` (hidden from Spark, like every `_` name), never deleted. Stop the
- * query first.
+ * Files whose names carry no batch are reported and left out (never guessed). Only files inside the
+ * output named as data files count ([[OutputFiles]]: no link followed, no user file or checkpoint
+ * taken for data); a log naming files outside the output ([[SinkBoundary]]) is unhealthy and its
+ * rebuild leaves them out, touching nothing outside. The new log is written beside the old one and
+ * then swapped in: the damaged `_spark_metadata` is renamed to `_spark_metadata.broken-<ts>`
+ * (hidden from Spark, like every `_` name), never deleted. Stop the query first.
  *
  * A log whose only problems are damaged index files (`N.compact.index`, see [[Verify]]) is not
  * rebuilt: exactly those indexes are rewritten from a scan of their compact files (atomically), and
@@ -210,6 +212,10 @@ object Repair {
         }
         if (report.wrongBatchCount > 0) {
           problems += s"${report.wrongBatchCount} entries logged under another batch"
+        }
+        report.foreign.headOption.foreach { f =>
+          problems += s"${report.foreignCount} logged files are not inside the output directory " +
+            s"(${f.path}: ${f.reason}); the rebuilt log leaves them out"
         }
         if (!record.exists(_._2 == meta) || compactInterval.isDefined) {
           problems ++= LogLayout.misfit(fmOf(meta), meta, interval.interval, interval.source)

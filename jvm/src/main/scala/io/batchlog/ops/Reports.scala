@@ -22,6 +22,12 @@ final case class OrphanFile(path: String, size: Long, batchId: Option[Long], mod
 /** A logged file whose size on disk is not the logged one. */
 final case class SizeMismatch(path: String, size: Long, batchId: Option[Long], actualSize: Long)
 
+/**
+ * A logged file that is not inside the output directory ([[SinkBoundary]]): `reason` says why
+ * (outside, another file system, through a link, a link). Nothing acts on it.
+ */
+final case class ForeignEntry(path: String, size: Long, batchId: Option[Long], reason: String)
+
 /** A logged file whose batch-tagged name names another batch than its entry. */
 final case class WrongBatch(path: String, size: Long, batchId: Option[Long], nameBatchId: Long)
 
@@ -171,7 +177,12 @@ final case class VerifyReport(
     wrongBatch: Seq[WrongBatch],
     orphanCount: Long,
     orphanBytes: Long,
-    orphans: Seq[OrphanFile]
+    orphans: Seq[OrphanFile],
+    foreignCount: Long,
+    foreign: Seq[ForeignEntry],
+    links: Seq[String],
+    checkpointsInOutput: Seq[String],
+    otherFileCount: Long
 )
 
 /**
@@ -227,5 +238,7 @@ final case class VacuumReport(
     skippedRunningBytes: Long,
     candidates: Seq[OrphanFile],
     skippedRunning: Seq[String],
-    skippedRecent: Seq[String]
+    skippedRecent: Seq[String],
+    skippedLinks: Seq[String],
+    otherFileCount: Long
 )

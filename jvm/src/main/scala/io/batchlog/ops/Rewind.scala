@@ -38,6 +38,11 @@ import io.batchlog.log.{
  * cut after `offsets/` and `commits/`, so that at every step a restarted query can still plan its
  * next batch and reaches the sink), and while the record exists the commit protocol refuses the
  * sink, so a query restarted on a half-rewound sink fails instead of silently skipping batches.
+ *
+ * Containment: the data files deleted are the logged ones of batches >= N, each inside the output
+ * ([[SinkBoundary]]; a log naming one elsewhere stops the plan with FOREIGN_PATH), and the
+ * batch-tagged files found by a walk of the output that follows no link; the checkpoint files
+ * deleted are those listed below the checkpoint (again without following links).
  */
 object Rewind {
 
@@ -93,12 +98,18 @@ object Rewind {
     val dataFiles = mutable.ArrayBuffer.empty[DataFileToDelete]
     val logged = mutable.HashSet.empty[String]
     val sinkHorizon = Horizon.ofSink(log)
+    val sinkFs = sink.getFileSystem(hadoopConf)
+    val boundary = new SinkBoundary(sinkFs, sink)
+    val foreign = mutable.ArrayBuffer.empty[ForeignEntry]
     log.foreachLiveEntryWhere(_.exists(_ >= toBatch)) { e =>
       val p = SparkPath.fromUrlString(e.path).toPath
+      boundary.foreignReason(p).foreach(r => foreign += ForeignEntry(e.path, e.size, e.batchId, r))
       dataFiles += DataFileToDelete(p, e.size, e.batchId.get, logged = true)
       logged += p.toUri.getPath
     }
-    OutputFiles.foreachDataFile(sink.getFileSystem(hadoopConf), sink) { f =>
+    // Only files inside the output are deleted: a log naming one elsewhere stops the rewind.
+    Verify.refuseForeign("Rewind", sink, foreign.toSeq)
+    OutputFiles.foreachDataFile(sinkFs, sink) { f =>
       DataFileNaming.batchIdOf(f.getPath.getName).foreach { b =>
         if (b >= toBatch && !logged.contains(f.getPath.toUri.getPath)) {
           dataFiles += DataFileToDelete(f.getPath, f.getLen, b, logged = false)

@@ -5,13 +5,14 @@ import io.batchlog.shim.CheckpointFileManager
 
 import io.batchlog.BatchLogException
 import io.batchlog.checkpoint.QueryCheckpoint
-import io.batchlog.log.{BatchTaggedFileStreamSinkLog, SinkOwner, SinkRecord}
+import io.batchlog.log.{BatchTaggedFileStreamSinkLog, RewindIntent, SinkOwner, SinkRecord}
 
 /**
  * Hands a sink to another query: the query of `checkpoint` becomes the sink's owner from the batch
  * after the sink's latest, and the record's epoch moves on, so the previous owner is refused from
  * then on ([[io.batchlog.commit.WriterGuard]]). Refused while a live writer holds the sink, unless
- * `force` (the writer is known to be dead).
+ * `force` (the writer is known to be dead), and while a rewind is unfinished (REWIND_IN_PROGRESS:
+ * its error says how to finish it; a takeover would change the owner the rewind's re-run checks).
  *
  * Spark's file sink skips every batch id already in the log, so the new owner writes nothing until
  * its batch ids pass the sink's latest; the plan says how many of its batches that is.
@@ -56,6 +57,16 @@ object Takeover {
       val meta = BatchTaggedFileStreamSinkLog.metadataPathOf(spark, sinkPath)
       val fm = CheckpointFileManager.create(meta, spark.sessionState.newHadoopConf())
       WriterFence.refuseLiveWriter(fm, meta, force)
+      // A takeover during an unfinished rewind would change the owner the rewind checks: its
+      // re-run would then be refused and the sink stay stuck. The rewind is finished first.
+      RewindIntent.read(fm, meta).foreach { i =>
+        throw BatchLogException.rewindInProgress(
+          i.sink,
+          i.toBatch,
+          i.checkpoint,
+          andThen = s"run the takeover again"
+        )
+      }
       val cp = new QueryCheckpoint(spark, checkpointPath)
       val log = new BatchTaggedFileStreamSinkLog(spark, meta.toString)
       Plan(

@@ -15,7 +15,11 @@ import io.batchlog.log.BatchTaggedFileStreamSinkLog
  * after the latest logged one (that batch may be running now); with no live writer those are what a
  * killed or refused writer left. Files whose names carry no batch are protected by their age only.
  *
- * The log is read first; if it cannot be read, nothing is deleted.
+ * The log is read first; if it cannot be read, nothing is deleted. Only files inside the output and
+ * named as data files (`part-<digits>-...`, see [[io.batchlog.log.DataFileNaming]]) are ever
+ * candidates; links are not followed nor deleted, other files are counted and left. Vacuum refuses
+ * (deleting nothing) while the log names a file outside the output ([[SinkBoundary]]: FOREIGN_PATH)
+ * and while the output holds a streaming query checkpoint (CHECKPOINT_IN_OUTPUT).
  */
 object Vacuum {
 
@@ -47,10 +51,27 @@ object Vacuum {
     val log = new BatchTaggedFileStreamSinkLog(spark, meta.toString)
     val latest = log.getLatestBatchId().getOrElse(-1L)
     val logged = mutable.HashSet.empty[String]
-    log.foreachLiveEntry(e => logged += Verify.key(Verify.entryPath(e)))
+    val foreign = mutable.ArrayBuffer.empty[ForeignEntry]
+    val boundary = new SinkBoundary(fs, sink)
+    log.foreachLiveEntry { e =>
+      val p = Verify.entryPath(e)
+      logged += Verify.key(p)
+      boundary.foreignReason(p).foreach(r => foreign += ForeignEntry(e.path, e.size, e.batchId, r))
+    }
+    // A log naming files elsewhere does not describe this output: what looks unlogged here may be
+    // a live file it names by another path (through a link), so nothing is judged orphaned.
+    Verify.refuseForeign("Vacuum", sink, foreign.toSeq)
     val cutoff = System.currentTimeMillis() - olderThanMs
 
-    val orphans = Verify.orphans(fs, sink, logged)
+    val (orphans, extras) = Verify.orphans(fs, sink, logged)
+    val checkpoints = extras.checkpoints
+    if (checkpoints.nonEmpty) {
+      throw BatchLogException.checkpointInOutput(
+        "Vacuum",
+        sink.toString,
+        checkpoints.map(_.toString)
+      )
+    }
     // Files of a batch after the latest may belong to a batch running now, unless no writer is
     // live: then they are what a killed or refused writer left.
     val writerLive = WriterFence.liveWriter(log.checkpointFileManager, meta).isDefined
@@ -77,7 +98,9 @@ object Vacuum {
       bytes(running),
       toDelete.take(Reports.ListLimit).map(_.report),
       paths(running),
-      paths(recent)
+      paths(recent),
+      extras.links.take(Reports.ListLimit).map(_.toString).toSeq,
+      extras.otherCount
     )
     Plan(report, toDelete)
   }

@@ -30,8 +30,14 @@ import io.batchlog.log.{
  * wrong, but every read of the sink pays a scan of the compact file until `repair` rewrites it. A
  * missing or legacy (v1) index is not a problem: it is counted as rebuilt in memory.
  *
- * Healthy means: reading the sink through its log returns exactly the logged files, and every index
- * present is proved. Orphans alone do not make a sink unhealthy.
+ * Every entry must lie inside the output directory ([[SinkBoundary]]): one that does not is
+ * *foreign* (reported by path and reason, never looked at), and rewind and vacuum refuse to act
+ * while the log holds one. Orphans are files named as data files only
+ * ([[io.batchlog.log.DataFileNaming.isDataFileName]]); the walk follows no link. Links, other files
+ * and checkpoints found inside the output are reported, not judged.
+ *
+ * Healthy means: reading the sink through its log returns exactly the logged files, all inside the
+ * output, and every index present is proved. Orphans alone do not make a sink unhealthy.
  */
 object Verify {
 
@@ -69,10 +75,17 @@ object Verify {
 
   def entryPath(e: SinkLogEntry): Path = SparkPath.fromUrlString(e.path).toPath
 
-  /** Every data file under `sink` not in `logged` (keys from [[key]]). */
-  def orphans(fs: FileSystem, sink: Path, logged: collection.Set[String]): Seq[Orphan] = {
+  /**
+   * Every data file under `sink` not in `logged` (keys from [[key]]), and what else the walk met
+   * (links, other files, checkpoints inside the output: see [[OutputFiles]]).
+   */
+  def orphans(
+      fs: FileSystem,
+      sink: Path,
+      logged: collection.Set[String]
+  ): (Seq[Orphan], OutputFiles.Extras) = {
     val out = mutable.ArrayBuffer.empty[Orphan]
-    OutputFiles.foreachDataFile(fs, sink) { f =>
+    val extras = OutputFiles.foreachDataFile(fs, sink) { f =>
       if (!logged.contains(key(f.getPath))) {
         out += Orphan(
           f.getPath,
@@ -82,8 +95,19 @@ object Verify {
         )
       }
     }
-    out.toSeq
+    (out.toSeq, extras)
   }
+
+  /** Fails with FOREIGN_PATH, naming the first of `foreign`, unless it is empty. */
+  def refuseForeign(op: String, sink: Path, foreign: Seq[ForeignEntry]): Unit =
+    if (foreign.nonEmpty) {
+      throw BatchLogException.foreignPath(
+        op,
+        sink.toString,
+        foreign.length,
+        foreign.take(SinkBoundary.Examples).map(f => f.path -> f.reason)
+      )
+    }
 
   def run(spark: SparkSession, sinkPath: String): VerifyReport = {
     val meta = BatchTaggedFileStreamSinkLog.metadataPathOf(spark, sinkPath)
@@ -96,6 +120,8 @@ object Verify {
     val sizeMismatch = mutable.ArrayBuffer.empty[(SinkLogEntry, Long)]
     val wrongBatch = mutable.ArrayBuffer.empty[(SinkLogEntry, Long)]
     val logErrors = mutable.ArrayBuffer.empty[String]
+    val foreign = mutable.ArrayBuffer.empty[ForeignEntry]
+    val boundary = new SinkBoundary(fs, sink)
     var liveFiles, liveBytes, untagged = 0L
     try {
       log.foreachLiveEntry { e =>
@@ -110,10 +136,12 @@ object Verify {
           logErrors += s"${e.path} is logged with batch ${e.batchId.get}, after the latest " +
             s"batch $latest"
         }
-        if (!fs.exists(p)) missing += e
-        else {
-          val actual = fs.getFileStatus(p).getLen
-          if (actual != e.size) sizeMismatch += ((e, actual))
+        boundary.foreignReason(p) match {
+          case Some(r) => foreign += ForeignEntry(e.path, e.size, e.batchId, r) // never looked at
+          case None if !fs.exists(p) => missing += e
+          case None =>
+            val actual = fs.getFileStatus(p).getLen
+            if (actual != e.size) sizeMismatch += ((e, actual))
         }
       }
     } catch {
@@ -130,7 +158,8 @@ object Verify {
       catch { case e: BatchLogException => logErrors += e.getMessage }
     }
     // With an unreadable log, every data file would look orphaned: list none rather than mislead.
-    val orphanFiles = if (logErrors.isEmpty) orphans(fs, sink, logged) else Nil
+    val (found, extras) = orphans(fs, sink, logged)
+    val orphanFiles = if (logErrors.isEmpty) found else Nil
     val (indexProblems, inMemory) =
       try indexes(log)
       catch { case e: BatchLogException => logErrors += e.getMessage; (Nil, 0) }
@@ -140,7 +169,7 @@ object Verify {
       sink.toString,
       meta.toString,
       healthy = missing.isEmpty && sizeMismatch.isEmpty && wrongBatch.isEmpty &&
-        logErrors.isEmpty && indexProblems.isEmpty,
+        logErrors.isEmpty && indexProblems.isEmpty && foreign.isEmpty,
       latest,
       log.interval,
       liveFiles,
@@ -162,7 +191,12 @@ object Verify {
       }.toSeq,
       orphanFiles.length,
       orphanFiles.map(_.size).sum,
-      orphanFiles.take(limit).map(_.report)
+      orphanFiles.take(limit).map(_.report),
+      foreign.length,
+      foreign.take(limit).toSeq,
+      extras.links.take(limit).map(_.toString).toSeq,
+      extras.checkpoints.map(_.toString),
+      extras.otherCount
     )
   }
 }
