@@ -143,6 +143,18 @@ class IndexProblem(Report):
 
 
 @dataclasses.dataclass(frozen=True)
+class DamagedRun(Report):
+    """A run of a compact file whose bytes do not match the CRC32C its proved index records."""
+
+    file: str
+    compact_id: int
+    batch_id: int | None
+    offset: int
+    length: int
+    entries: int
+
+
+@dataclasses.dataclass(frozen=True)
 class LogCut(Report):
     """How a compactible log directory is cut back: log files rebuilt and deleted, by name."""
 
@@ -298,6 +310,7 @@ class VerifyReport(Report):
     index_problems: list[IndexProblem]
     index_advice: str | None
     indexes_rebuilt_in_memory: int
+    damaged_runs: list[DamagedRun]
     missing_count: int
     missing: list[LoggedFile]
     size_mismatch_count: int

@@ -28,6 +28,19 @@ final case class WrongBatch(path: String, size: Long, batchId: Option[Long], nam
 /** An index file beside a live compact file that is not used, and why. */
 final case class IndexProblem(file: String, compactId: Long, problem: String)
 
+/**
+ * A run of a compact file (the lines of one batch, `None`: untagged) whose bytes do not match the
+ * CRC32C its proved index records: damage (see [[Verify]]); `entries` is the run's line count.
+ */
+final case class DamagedRun(
+    file: String,
+    compactId: Long,
+    batchId: Option[Long],
+    offset: Long,
+    length: Long,
+    entries: Long
+)
+
 /** How a compactible log directory is cut back: log files rebuilt and deleted, by name. */
 final case class LogCut(dir: String, keepUpTo: Long, rebuild: Seq[String], delete: Seq[String])
 
@@ -163,6 +176,7 @@ final case class VerifyReport(
     indexProblems: Seq[IndexProblem],
     indexAdvice: Option[String],
     indexesRebuiltInMemory: Int,
+    damagedRuns: Seq[DamagedRun],
     missingCount: Long,
     missing: Seq[LoggedFile],
     sizeMismatchCount: Long,
