@@ -155,6 +155,16 @@ class DamagedRun(Report):
 
 
 @dataclasses.dataclass(frozen=True)
+class RestoredRun(Report):
+    """A damaged run a repair restores (in a dry run: would restore), and where from."""
+
+    file: str
+    batch_id: int
+    entries: int
+    source: str
+
+
+@dataclasses.dataclass(frozen=True)
 class LogCut(Report):
     """How a compactible log directory is cut back: log files rebuilt and deleted, by name."""
 
@@ -351,6 +361,9 @@ class RepairReport(Report):
     written: bool
     moved_aside: str | None
     indexes_rewritten: list[str]
+    damaged_runs: list[DamagedRun]
+    runs_only: bool
+    runs_restored: list[RestoredRun]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -41,6 +41,12 @@ final case class DamagedRun(
     entries: Long
 )
 
+/**
+ * A damaged run a repair restores (or, in a dry run, would restore): the entries of its batch, from
+ * `source` (a batch file, or the data files named with the batch).
+ */
+final case class RestoredRun(file: String, batchId: Long, entries: Long, source: String)
+
 /** How a compactible log directory is cut back: log files rebuilt and deleted, by name. */
 final case class LogCut(dir: String, keepUpTo: Long, rebuild: Seq[String], delete: Seq[String])
 
@@ -191,7 +197,8 @@ final case class VerifyReport(
 /**
  * A repair's plan and outcome; see [[Repair]]. `written` tells whether a new log was written,
  * `movedAside` where the damaged one went, `indexesRewritten` the indexes an index-only repair
- * rewrote.
+ * rewrote, `runsRestored` the damaged runs of compact files restored (in a dry run: that would be)
+ * and where from.
  */
 final case class RepairReport(
     sink: String,
@@ -218,7 +225,10 @@ final case class RepairReport(
     dryRun: Boolean,
     written: Boolean,
     movedAside: Option[String],
-    indexesRewritten: Seq[String]
+    indexesRewritten: Seq[String],
+    damagedRuns: Seq[DamagedRun],
+    runsOnly: Boolean,
+    runsRestored: Seq[RestoredRun]
 )
 
 /** What vacuum deleted (or, in a dry run, would delete) and what it kept; see [[Vacuum]]. */
