@@ -97,6 +97,13 @@ def cmd_repair(spark: SparkSession, args: argparse.Namespace) -> int:
     if not plan.needed and not args.force:
         print("nothing to do: the log is healthy (--force rebuilds it anyway)")
         return 0
+    if plan.runs_only and not args.force:
+        render.repair_runs(plan, args.dry_run)
+        if not args.dry_run:
+            _flush()
+            action.execute()
+            print("done: restart the query with its checkpoint.")
+        return 0
     if plan.indexes_only and not args.force:
         head = "would rewrite" if args.dry_run else "rewriting"
         print(f"{head} only the damaged compact-file indexes, from their compact files:")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from batchlog._cli_util import human_bytes, table
 from batchlog.reports import (
     AdoptReport,
@@ -158,6 +160,7 @@ def verify(r: VerifyReport) -> None:
         ["name's batch differs from the log", r.wrong_batch_count, "unhealthy"],
         ["log errors", len(r.log_errors), "unhealthy"],
         ["damaged compact-file indexes", len(r.index_problems), "unhealthy; see repair"],
+        ["damaged compact-file runs", len(r.damaged_runs), "unhealthy; see repair"],
         ["indexes rebuilt in memory", r.indexes_rebuilt_in_memory, "ok (missing or legacy v1)"],
         ["logged outside the output", r.foreign_count, "unhealthy; see repair"],
         ["orphans (on disk, not logged)", r.orphan_count, "ok; see vacuum"],
@@ -204,7 +207,12 @@ def verify(r: VerifyReport) -> None:
         or r.wrong_batch_count
         or r.foreign_count
     )
-    if not r.healthy and index_only:
+    if not r.healthy and r.damaged_runs:
+        print(
+            "\nCompact files are damaged. `python -m batchlog repair PATH` restores the entries "
+            "of the damaged batches."
+        )
+    elif not r.healthy and index_only:
         print("\nOnly indexes are damaged. `python -m batchlog repair PATH` rewrites them.")
     elif not r.healthy:
         print("\nThe log does not match the output. `python -m batchlog repair PATH` rebuilds it.")
@@ -248,6 +256,19 @@ def repair_plan(r: RepairReport, dry_run: bool) -> None:
     print(f"\n{head} {len(r.log_files)} log files:")
     rows = [[f.name, f.batches, f.entries] for f in r.log_files]
     print(table(["log file", "batches", "entries"], rows) if rows else "(none)")
+
+
+def repair_runs(r: RepairReport, dry_run: bool) -> None:
+    """The plan of a repair that restores the damaged runs of compact files."""
+    head = "would restore" if dry_run else "restoring"
+    print(
+        f"{head} only the damaged batches of compact files (each damaged file is kept in "
+        "_spark_metadata.damaged-<time>):"
+    )
+    rows = [[Path(x.file).name, x.batch_id, x.entries, x.source] for x in r.runs_restored]
+    print(table(["compact file", "batch", "entries", "from"], rows))
+    for p in r.index_problems:
+        print(f"and rewrite the damaged index {p.file}")
 
 
 def repair_outcome(r: RepairReport) -> None:

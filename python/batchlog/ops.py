@@ -235,14 +235,17 @@ def verify(spark: SparkSession, sink_path: str) -> VerifyReport:
     with its logged batch; every log file the log needs must be readable (``log_errors``). Data
     files the log does not list are reported as ``orphans`` (they do not make a sink unhealthy:
     reads through the log never see them; ``vacuum`` removes old ones). Every live compact file's
-    index (``N.compact.index``) must be proved and match the compact file's bytes; one that does
-    not is listed in ``index_problems`` and makes the sink unhealthy: readers rebuild it in
-    memory and compaction never uses it until ``repair`` rewrites it. Missing or legacy (v1)
-    indexes are only counted (``indexes_rebuilt_in_memory``). An entry naming a file outside the
-    output directory (another path, file system, or through a symbolic link) is ``foreign``: it
-    makes the sink unhealthy, and rewind and vacuum refuse (``ForeignPathError``) until ``repair``
-    rebuilds the log without it. Links found in the output are listed (``links``), never followed;
-    only files named ``part-<digits>-...`` count as data. ``healthy`` is the verdict.
+    index (``N.compact.index``) must be proved; one that is not is listed in ``index_problems``
+    and makes the sink unhealthy: readers rebuild it in memory and compaction never uses it until
+    ``repair`` rewrites it. Missing or legacy (v1) indexes are only counted
+    (``indexes_rebuilt_in_memory``). A compact file whose bytes no longer match the CRC32C its
+    proved index records (bit rot: a compact file is written once) is damaged: a log error, its
+    runs listed in ``damaged_runs``; compaction and reads refuse it until ``repair`` restores
+    them. An entry naming a file outside the output directory (another path, file system, or
+    through a symbolic link) is ``foreign``: it makes the sink unhealthy, and rewind and vacuum
+    refuse (``ForeignPathError``) until ``repair`` rebuilds the log without it. Links found in
+    the output are listed (``links``), never followed; only files named ``part-<digits>-...``
+    count as data. ``healthy`` is the verdict.
     """
     if _sql.is_remote(spark):
         report = _sql.statement(spark, f"BATCHLOG VERIFY {_sql.literal(sink_path)}")
@@ -288,7 +291,10 @@ def repair(
     ``compact_interval_assumed`` is true when nothing recorded it and the session's setting was
     used). When the only problems are damaged compact-file indexes (``indexes_only``), exactly
     those are rewritten from their compact files instead (``indexes_rewritten``; none with
-    ``dry_run``).
+    ``dry_run``). When the only problems are damaged runs of compact files (``runs_only``),
+    exactly those batches' entries are restored, from their batch files or the data files named
+    with their batch, and the damaged file is kept in ``_spark_metadata.damaged-<ts>``
+    (``runs_restored``, each with its source; with ``dry_run``, what would be restored).
     """
     return repair_action(spark, sink_path, force, compact_interval).execute(dry_run, quiet)
 

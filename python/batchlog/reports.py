@@ -150,6 +150,28 @@ class IndexProblem(Report):
 
 
 @dataclasses.dataclass(frozen=True)
+class DamagedRun(Report):
+    """A run of a compact file whose bytes do not match the CRC32C its proved index records."""
+
+    file: str
+    compact_id: int
+    batch_id: int | None
+    offset: int
+    length: int
+    entries: int
+
+
+@dataclasses.dataclass(frozen=True)
+class RestoredRun(Report):
+    """A damaged run a repair restores (in a dry run: would restore), and where from."""
+
+    file: str
+    batch_id: int
+    entries: int
+    source: str
+
+
+@dataclasses.dataclass(frozen=True)
 class LogCut(Report):
     """How a compactible log directory is cut back: log files rebuilt and deleted, by name."""
 
@@ -305,6 +327,7 @@ class VerifyReport(Report):
     index_problems: list[IndexProblem]
     index_advice: str | None
     indexes_rebuilt_in_memory: int
+    damaged_runs: list[DamagedRun]
     missing_count: int
     missing: list[LoggedFile]
     size_mismatch_count: int
@@ -350,6 +373,9 @@ class RepairReport(Report):
     written: bool
     moved_aside: str | None
     indexes_rewritten: list[str]
+    damaged_runs: list[DamagedRun]
+    runs_only: bool
+    runs_restored: list[RestoredRun]
 
 
 @dataclasses.dataclass(frozen=True)

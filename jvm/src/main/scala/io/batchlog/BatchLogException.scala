@@ -89,6 +89,30 @@ object BatchLogException {
         "from the data files' batch-tagged names."
     )
 
+  /**
+   * Compact file `file` of the sink `sink` no longer holds the bytes its index `indexFile` recorded
+   * for `runs` (each as `batch 7 (bytes 120..480)`), though it keeps the name, length and
+   * modification time the index records. A compact file is written once, so that is damage, never a
+   * newer version: nothing is read from it or copied out of it, and `repair` restores those
+   * batches' entries (it is what sends the user there).
+   */
+  def damagedCompactFile(
+      file: String,
+      indexFile: String,
+      sink: String,
+      runs: Seq[String]
+  ): BatchLogException = new BatchLogException(
+    CorruptLog,
+    s"Sink log file $file is damaged: the bytes of ${runs.mkString(", ")} do not match the " +
+      s"CRC32C its index $indexFile recorded when the file was written, yet the file keeps the " +
+      "name, length and modification time the index records. A compact file is written once, so " +
+      "this is damage (bit rot or an edit in place), not a newer version of it; it is not used. " +
+      s"Stop the query and run `python -m batchlog repair $sink`: it restores the entries of " +
+      (if (runs.length == 1) "that batch" else "those batches") + " from their batch files or " +
+      "from the data files' batch-tagged names, and keeps the damaged file in " +
+      "_spark_metadata.damaged-<time>."
+  )
+
   def badHeader(file: String, header: String): BatchLogException = {
     val detail =
       if (header == null) "it is empty (a truncated write)"

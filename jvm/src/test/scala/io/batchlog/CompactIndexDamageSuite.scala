@@ -92,22 +92,30 @@ class CompactIndexDamageSuite extends CompactIndexTestBase {
     }
   }
 
-  test("a stale index (compact file rewritten, same length and mtime) is caught by the run CRCs") {
+  test("a compact file rewritten in place (same length and mtime) is damage, not a stale index") {
     withIndexedLog() { (root, log, good) =>
       rewriteCompactSameLength(root)
-      // Name, length, mtime and tiling all still hold: only the bytes of the runs differ.
+      // Name, length, mtime and tiling all still hold: only the bytes of the runs differ. A
+      // compact file is written once, so that is damage: never rescanned, never copied.
       assert(prove(log, 8) == Right(good))
-      val last = good.runs.maxBy(_.offset)
-      val why = log.indexProblem(8).getOrElse(fail("the stale index passed verification"))
-      assert(why.endsWith("does not match the compact file's bytes"), why)
       val in = new java.io.FileInputStream(metaFile(root, "8.compact"))
-      try assert(CompactIndex.checkRuns(good, in).contains(why))
-      finally in.close()
-      assert(log.scanIndex(8, statusOf(log, 8)).runs.map(_.batchId) ==
-        good.runs.map(_.batchId).reverse)
-      assert(last.batchId.contains(8L))
-      // Compaction 11 copies by the stale index, fails on the first CRC, retries from a scan.
-      assertReadsAndCompactionExact(root)
+      val damaged =
+        try CompactIndex.damagedRuns(good, in)
+        finally in.close()
+      assert(damaged.nonEmpty && damaged.forall(good.runs.contains))
+      val file = log.logFilePath(8)
+      val expected = BatchLogException.damagedCompactFile(
+        file.toString,
+        CompactIndex.pathOf(file).toString,
+        file.getParent.getParent.toString,
+        damaged.map(CompactIndex.describe)
+      ).getMessage
+      assert(log.indexProblem(8).contains(expected))
+      val refused = intercept[BatchLogException](log.add(11, entries(11, perBatch(11))))
+      assert(refused.code == BatchLogException.CorruptLog && refused.getMessage == expected)
+      assert(!metaFile(root, "11.compact").exists() && !indexFile(root, 11).exists())
+      val read = intercept[BatchLogException](log.foreachLiveEntryWhere(_ => true)(_ => ()))
+      assert(read.getMessage == expected)
     }
   }
 

@@ -188,18 +188,20 @@ class CompactIndexFormatSuite extends AnyFunSuite {
       Left(s"it describes $Name, not 11.compact"))
   }
 
-  test("checkRuns: every run's CRC against the compact file's bytes, naming the first mismatch") {
+  test("damagedRuns: every run whose CRC does not match the compact file's bytes, in order") {
     val bytes = compactFile(Seq(0L, 1L, 1L, 2L))
     val index = scan(bytes)
-    assert(CompactIndex.checkRuns(index, new ByteArrayInputStream(bytes)) === None)
-    val changed = bytes.updated(bytes.length - 1, 'X'.toByte)
+    assert(CompactIndex.damagedRuns(index, new ByteArrayInputStream(bytes)) === Nil)
+    val first = index.runs.head
     val last = index.runs.last
-    assert(CompactIndex.checkRuns(index, new ByteArrayInputStream(changed)) === Some(
-      s"its run of batch 2 (bytes ${last.offset}..${last.offset + last.length}) does not match " +
-        "the compact file's bytes"
-    ))
-    assert(CompactIndex.checkRuns(index, new ByteArrayInputStream(bytes.dropRight(3))) ===
-      Some(s"the compact file ends at byte ${bytes.length - 3}, inside a run"))
+    val changed =
+      bytes.updated(bytes.length - 1, 'X'.toByte).updated(first.offset.toInt + 3, 'Y'.toByte)
+    assert(CompactIndex.damagedRuns(index, new ByteArrayInputStream(changed)) === Seq(first, last))
+    assert(CompactIndex.describe(last) ===
+      s"batch 2 (bytes ${last.offset}..${last.offset + last.length})")
+    // A file that ends inside a run: that run (and any after it) does not match.
+    assert(CompactIndex.damagedRuns(index, new ByteArrayInputStream(bytes.dropRight(3))) ===
+      Seq(last))
   }
 
   test("BoundedStream reads at most its limit, by byte and by block") {

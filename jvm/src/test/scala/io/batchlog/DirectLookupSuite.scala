@@ -44,7 +44,7 @@ class DirectLookupSuite extends CompactIndexTestBase {
     }
   }
 
-  test("declines a batch whose compact file is gone or has no proved index, or lies in its runs") {
+  test("declines a batch whose compact file is gone or has no proved index; refuses bit rot") {
     withIndexedLog(batches = 11) { (root, log, index) =>
       delete(root, "0", "1", "2.compact.index")
       assert(lookup(log, 0) == None) // 2.compact without an index: the long way
@@ -55,7 +55,8 @@ class DirectLookupSuite extends CompactIndexTestBase {
 
       overwrite(root, "5.compact.index", Files.readAllBytes(indexFile(root, 8).toPath))
       assert(lookup(log, 4) == None) // the index of another compact file
-      // a run whose bytes do not match its CRC: the compact file rewritten in place, same size
+      // A run whose bytes do not match its CRC while the compact file keeps the name, length and
+      // mtime its index records: damage (a compact file is written once), refused, not declined.
       val runOf6 = index.runs.find(_.batchId.contains(6L)).get
       val f = metaFile(root, "8.compact")
       val bytes = Files.readAllBytes(f.toPath)
@@ -65,7 +66,11 @@ class DirectLookupSuite extends CompactIndexTestBase {
       bytes(at) = (if (bytes(at) == 'x') 'y' else 'x').toByte
       overwrite(root, "8.compact", bytes)
       assert(f.setLastModified(mtime))
-      assert(lookup(log, 6) == None)
+      val refused = intercept[BatchLogException](lookup(log, 6))
+      assert(refused.code == BatchLogException.CorruptLog)
+      val run = s"batch 6 (bytes ${runOf6.offset}..${runOf6.offset + runOf6.length})"
+      assert(refused.getMessage.contains(s"8.compact is damaged: the bytes of $run do not match"))
+      assert(lookup(log, 7) == Some(expected(7))) // another run of the same file is sound
       assert(lookup(log, 9) == Some(expected(9))) // its batch file, after the last compaction
     }
   }

@@ -14,7 +14,8 @@ import io.batchlog.Compat
 /**
  * Copies the runs of the previous compact file into the one being written, as bytes, through its
  * [[CompactIndex]]: no line is parsed, and each run's CRC32C is checked as it is copied (a mismatch
- * is a [[StaleRun]]: the file changed under its index).
+ * is a [[StaleRun]]: the file changed under its index, or, if it keeps the identity the index
+ * records, it is damaged; the compaction tells which).
  *
  * On a local disk the copy runs beside the compaction ([[Background]]): the runs kept are laid out
  * first (their offsets follow from their lengths, so the index records them and the stream moves
@@ -25,8 +26,9 @@ import io.batchlog.Compat
  */
 private[batchlog] object CompactCopy {
 
-  /** A run of a compact file whose bytes do not match the index compaction copies it by. */
-  final class StaleRun(val file: Path, detail: String) extends Exception(detail)
+  /** `run` of compact file `file`, whose bytes do not match `index`, compaction's copy of it. */
+  final class StaleRun(val file: Path, val index: CompactIndex, val run: IndexRun, detail: String)
+      extends Exception(detail)
 
   /**
    * What [[Held]] keeps in memory at most while the runs are copied beside it: 16 MiB, the lines of
@@ -86,7 +88,7 @@ private[batchlog] object CompactCopy {
         if (run.batchId.exists(_ < minBatch)) index.dropRun(run)
         else {
           if (size < run.offset + run.length) {
-            throw new StaleRun(file, s"it ends inside the run at byte ${run.offset}")
+            throw new StaleRun(file, prev, run, s"it ends inside the run at byte ${run.offset}")
           }
           index.run(run, out.count + at)
           kept += ((run, base + at))
@@ -95,7 +97,7 @@ private[batchlog] object CompactCopy {
       }
       dst.position(base + at)
       out.wrotePast(at)
-      val task = new Background(file, in, dst, kept.result())
+      val task = new Background(file, prev, in, dst, kept.result())
       task.start()
       task
     } catch { case e: Throwable => in.close(); throw e }
@@ -110,6 +112,7 @@ private[batchlog] object CompactCopy {
    */
   final class Background(
       file: Path,
+      prev: CompactIndex,
       in: FileChannel,
       dst: FileChannel,
       runs: Vector[(IndexRun, Long)]
@@ -165,7 +168,7 @@ private[batchlog] object CompactCopy {
           pos = pieceEnd
         }
         if (crc.getValue != run.crc) {
-          throw new StaleRun(file, s"the CRC32C of bytes ${run.offset}..$end differs")
+          throw new StaleRun(file, prev, run, s"the CRC32C of bytes ${run.offset}..$end differs")
         }
       }
       flush()
@@ -240,7 +243,9 @@ private[batchlog] object CompactCopy {
           var left = run.length
           while (left > 0) {
             val n = in.read(buf, 0, math.min(left, buf.length.toLong).toInt)
-            if (n < 0) throw new StaleRun(file, s"it ends inside the run at byte ${run.offset}")
+            if (n < 0) {
+              throw new StaleRun(file, prev, run, s"it ends inside the run at byte ${run.offset}")
+            }
             crc.update(buf, 0, n)
             out.copied(buf, 0, n)
             left -= n
@@ -248,6 +253,8 @@ private[batchlog] object CompactCopy {
           if (crc.getValue != run.crc) {
             throw new StaleRun(
               file,
+              prev,
+              run,
               s"the CRC32C of bytes ${run.offset}..${run.offset + run.length} differs"
             )
           }

@@ -40,8 +40,15 @@ final case class IndexRun(batchId: Option[Long], offset: Long, length: Long, cou
  *     renamed from another compact file or left from an earlier version of it);
  *   - its runs, sorted by offset, tile the compact file exactly, from the end of the `v1` header to
  *     the end of the file, each of at least one line (so no entry can be outside every run);
- *   - each run's CRC32C is checked whenever its bytes are read or copied (catches a compact file
- *     rewritten with the same length and modification time).
+ *   - each run's CRC32C is checked whenever its bytes are read or copied (catches bit rot in the
+ *     compact file, or a compact file rewritten with the same length and modification time).
+ *
+ * A compact file is written once. So a run whose bytes do not match its CRC32C while the compact
+ * file keeps the name, length and modification time the index records is damage, never a stale
+ * index: readers, lookups and compaction fail with `CORRUPT_LOG` naming the file, the batch and its
+ * bytes (a rescan would take the damaged lines for the truth and, in compaction, copy them into the
+ * next compact file under a fresh, matching CRC); `verify` reports it and `repair` restores that
+ * batch's entries. Only a compact file whose identity changed is rescanned.
  *
  * An unproved index (or a legacy `v1` one, without checksums) is never used: readers rebuild the
  * index in memory by one scan of the compact file (reads never write), compaction copies only from
@@ -137,7 +144,7 @@ object CompactIndex {
    * checksum matches, it names that compact file with its current length and modification time, and
    * its runs (each of at least one line) tile `[2, length)` with no gap or overlap; else Left(the
    * reason, a short text). The runs' own CRCs can only be checked against the compact file's bytes:
-   * readers and compaction check each run they use, [[checkRuns]] checks them all.
+   * readers and compaction check each run they use, [[damagedRuns]] checks them all.
    */
   def prove(
       bytes: Array[Byte],
@@ -212,33 +219,32 @@ object CompactIndex {
   }
 
   /**
-   * Checks every run's CRC32C against the compact file's bytes `in` (the whole file, read once):
-   * None if all match, else the reason. `index` must be proved (its runs tile the file).
+   * Every run of `index` whose CRC32C does not match the compact file's bytes `in` (the whole file,
+   * read once), in offset order; a run the file ends inside, and every run after it, counts as not
+   * matching. `index` must be proved (its runs tile the file). Whether a mismatch is damage or a
+   * stale index is the caller's to tell ([[CompactIndex.matches]]: a compact file is written once,
+   * so while it keeps the name, length and modification time its index records, it is damage).
    */
-  def checkRuns(index: CompactIndex, in: InputStream): Option[String] = {
+  def damagedRuns(index: CompactIndex, in: InputStream): Seq[IndexRun] = {
     val buf = new Array[Byte](1 << 16)
     var pos = 0L
-    def skipTo(target: Long): Unit = while (pos < target) {
-      val n = in.read(buf, 0, math.min(buf.length.toLong, target - pos).toInt)
-      if (n < 0) return
-      pos += n
+    var ended = false
+    def read(upTo: Long, c: Option[Checksum]): Unit = while (!ended && pos < upTo) {
+      val n = in.read(buf, 0, math.min(buf.length.toLong, upTo - pos).toInt)
+      if (n < 0) ended = true
+      else { c.foreach(_.update(buf, 0, n)); pos += n }
     }
-    index.runs.sortBy(_.offset).foreach { r =>
-      skipTo(r.offset)
+    index.runs.sortBy(_.offset).filter { r =>
+      read(r.offset, None)
       val c = Compat.crc32c()
-      while (pos < r.offset + r.length) {
-        val n = in.read(buf, 0, math.min(buf.length.toLong, r.offset + r.length - pos).toInt)
-        if (n < 0) return Some(s"the compact file ends at byte $pos, inside a run")
-        c.update(buf, 0, n)
-        pos += n
-      }
-      if (c.getValue != r.crc) {
-        return Some(s"its run of batch ${r.batchId.map(_.toString).getOrElse("-")} " +
-          s"(bytes ${r.offset}..${r.offset + r.length}) does not match the compact file's bytes")
-      }
+      read(r.offset + r.length, Some(c))
+      ended || c.getValue != r.crc
     }
-    None
   }
+
+  /** A run as error messages name it: `batch 7 (bytes 120..480)`. */
+  def describe(r: IndexRun): String =
+    s"batch ${r.batchId.map(_.toString).getOrElse("-")} (bytes ${r.offset}..${r.offset + r.length})"
 
   /**
    * Calls `fn(line, offset)` for each entry line of a compact file's bytes `in`, after checking its

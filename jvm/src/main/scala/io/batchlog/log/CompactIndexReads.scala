@@ -92,25 +92,70 @@ trait CompactIndexReads extends Logging { self: BatchTaggedFileStreamSinkLog =>
   }
 
   /**
-   * The on-disk index of compact file `compactId` checked in full: None if it is proved and every
-   * run's CRC32C matches the compact file (one streaming read); else Some(the reason it is not
-   * used: [[CompactIndex.AbsentReason]] if there is none, [[CompactIndex.LegacyReason]] for a
-   * legacy one, which readers rebuild in memory as a matter of course, or the damage).
+   * The on-disk index of compact file `compactId` checked in full (one streaming read of the file
+   * when it is proved): [[IndexCheck.Sound]], [[IndexCheck.Unused]] (with
+   * [[CompactIndex.AbsentReason]] if there is none, [[CompactIndex.LegacyReason]] for a legacy one,
+   * which readers rebuild in memory as a matter of course, or the damage to the index), or
+   * [[IndexCheck.Damaged]]: the index is proved, so the compact file keeps the name, length and
+   * modification time it records, and runs of it do not match their CRC32C: the compact file is
+   * damaged. None if the compact file is gone.
    */
-  def indexProblem(compactId: Long): Option[String] = {
+  def checkIndex(compactId: Long): Option[IndexCheck] = {
     val file = batchIdToPath(compactId)
-    statusOf(file).flatMap { status =>
+    statusOf(file).map { status =>
       CompactIndex.load(checkpointFileManager, CompactIndex.pathOf(file), status) match {
-        case None => Some(CompactIndex.AbsentReason)
-        case Some(Left(why)) => Some(why)
+        case None => IndexCheck.Unused(CompactIndex.AbsentReason)
+        case Some(Left(why)) => IndexCheck.Unused(why)
         case Some(Right(index)) =>
-          val in =
-            LogFiles.open(checkpointFileManager, file, readWhy(compactId))
-          try CompactIndex.checkRuns(index, in)
-          finally in.close()
+          damagedRuns(compactId, index) match {
+            case Nil => IndexCheck.Sound
+            case runs => IndexCheck.Damaged(index, runs)
+          }
       }
     }
   }
+
+  /** Why the on-disk index of compact file `compactId` is not used, or the damage to the file. */
+  def indexProblem(compactId: Long): Option[String] = checkIndex(compactId).collect {
+    case IndexCheck.Unused(why) => why
+    case IndexCheck.Damaged(index, runs) => damageError(compactId, runs).getMessage
+  }
+
+  /**
+   * The runs of compact file `compactId` that do not match `index` ([[CompactIndex.damagedRuns]]).
+   */
+  def damagedRuns(compactId: Long, index: CompactIndex): Seq[IndexRun] = {
+    val in = LogFiles.open(checkpointFileManager, batchIdToPath(compactId), readWhy(compactId))
+    try CompactIndex.damagedRuns(index, in)
+    finally in.close()
+  }
+
+  private def damageError(compactId: Long, runs: Seq[IndexRun]): BatchLogException = {
+    val file = batchIdToPath(compactId)
+    BatchLogException.damagedCompactFile(
+      file.toString,
+      CompactIndex.pathOf(file).toString,
+      file.getParent.getParent.toString,
+      runs.map(CompactIndex.describe)
+    )
+  }
+
+  /**
+   * Called when `run` of compact file `compactId`, read through `index`, does not match its bytes:
+   * fails with `CORRUPT_LOG` (naming every run that does not match) if the file still has the name,
+   * length and modification time `index` records, since a compact file is written once and that is
+   * damage; returns if the file was replaced meanwhile (a stale index: a rescan may follow).
+   */
+  private[log] def requireReplaced(compactId: Long, index: CompactIndex, run: IndexRun): Unit =
+    statusOf(batchIdToPath(compactId)).filter(index.matches).foreach { _ =>
+      throw damageError(
+        compactId,
+        damagedRuns(compactId, index) match {
+          case Nil => Seq(run) // it matched on a second read: name what the first one saw
+          case runs => runs
+        }
+      )
+    }
 
   /** The batch of a line of log file `logBatchId`: its tag read from its tail, else resolved. */
   private def batchOfLine(
@@ -150,9 +195,11 @@ trait CompactIndexReads extends Logging { self: BatchTaggedFileStreamSinkLog =>
    * Calls `fn(line, batch, file, lineNo)` for every line of the live log files whose batch
    * satisfies `wanted` (lineNo -1 inside a compact file, which is read by runs). A compact file is
    * opened once and read through its index, one seek per wanted run, each run checked (its lines'
-   * batch, their count and the CRC32C of its bytes) before any of its lines is passed on. A
-   * mismatch means the index is stale: it is rebuilt, and only the runs not yet passed on are read
-   * from the new one.
+   * batch, their count and the CRC32C of its bytes) before any of its lines is passed on. Bytes
+   * that do not match, in a compact file that keeps the identity its index records, are damage:
+   * `CORRUPT_LOG` ([[requireReplaced]]). Otherwise the index is stale (the file was replaced, or
+   * its index was wrong): it is rebuilt, and only the runs not yet passed on are read from the new
+   * one.
    */
   private def foreachLiveLineWhere(wanted: Option[Long] => Boolean)(
       fn: (String, Option[Long], String, Long) => Unit
@@ -170,10 +217,12 @@ trait CompactIndexReads extends Logging { self: BatchTaggedFileStreamSinkLog =>
           index.runs.iterator.filter(r => wanted(r.batchId) && !done((r.batchId, r.offset))).forall {
             run =>
               in.run(run) match {
-                case Some(lines) =>
+                case Right(lines) =>
                   lines.foreach(fn(_, run.batchId, file, -1L)); done += ((run.batchId, run.offset));
                   true
-                case None => false
+                case Left(bytesDiffer) =>
+                  if (bytesDiffer) requireReplaced(id, index, run)
+                  false
               }
           }
         try {
@@ -190,7 +239,13 @@ trait CompactIndexReads extends Logging { self: BatchTaggedFileStreamSinkLog =>
       if (isCompactionBatch(id, interval)) {
         val in = new CompactReader(id)
         def first(index: CompactIndex) = index.runs.headOption.map { r =>
-          in.run(r).map(_.map(l => decodeLine(l, in.file.toString, -1).copy(batchId = r.batchId)))
+          in.run(r) match {
+            case Right(lines) =>
+              Some(lines.map(l => decodeLine(l, in.file.toString, -1).copy(batchId = r.batchId)))
+            case Left(bytesDiffer) =>
+              if (bytesDiffer) requireReplaced(id, index, r)
+              None
+          }
         }
         try {
           (first(indexOf(id)) match {
@@ -228,11 +283,13 @@ trait CompactIndexReads extends Logging { self: BatchTaggedFileStreamSinkLog =>
     }
 
     /**
-     * The lines of `run`, or None if they do not match it (stale index): each line of the run's
-     * batch, `count` lines, and the CRC32C of the run's bytes. A tagged line's batch is read from
+     * The lines of `run` if they match it: each line of the run's batch, `count` lines, and the
+     * CRC32C of the run's bytes (read to its end whatever the lines hold). Else Left(true) if its
+     * bytes do not match the CRC (or the file ends inside it), Left(false) if they do but the lines
+     * do not match the run (an index written for another file). A tagged line's batch is read from
      * its tail; only other lines are decoded.
      */
-    def run(run: IndexRun): Option[scala.collection.Seq[String]] =
+    def run(run: IndexRun): Either[Boolean, scala.collection.Seq[String]] =
       try {
         in.seek(run.offset)
         val checked = new java.util.zip.CheckedInputStream(
@@ -240,18 +297,23 @@ trait CompactIndexReads extends Logging { self: BatchTaggedFileStreamSinkLog =>
           Compat.crc32c()
         )
         val r = new BufferedReader(new InputStreamReader(checked, UTF_8), 1 << 16)
-        if (r.read() != '\n') return None
+        var linesMatch = r.read() == '\n'
         val out = new mutable.ArrayBuffer[String](math.min(run.count, 1L << 16).toInt)
         var line = r.readLine()
         while (line != null) {
-          if (batchOfLine(line, compactId, file.toString, -1) != run.batchId) return None
-          out += line
+          if (linesMatch) {
+            linesMatch =
+              try batchOfLine(line, compactId, file.toString, -1) == run.batchId
+              catch { case _: BatchLogException => false }
+            out += line
+          }
           line = r.readLine()
         }
-        val bytesMatch = checked.getChecksum.getValue == run.crc
-        if (out.length == run.count && bytesMatch) Some(out) else None
+        if (checked.getChecksum.getValue != run.crc) Left(true)
+        else if (!linesMatch || out.length != run.count) Left(false)
+        else Right(out)
       } catch {
-        case _: java.io.EOFException => None
+        case _: java.io.EOFException => Left(true)
       }
 
     def close(): Unit = if (opened != null) opened.close()

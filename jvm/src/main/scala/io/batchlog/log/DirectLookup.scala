@@ -10,7 +10,7 @@ import org.apache.hadoop.util.functional.FutureIO
 
 import io.batchlog.shim.CompactibleFileStreamLog._
 
-import io.batchlog.Compat
+import io.batchlog.{BatchLogException, Compat}
 
 /**
  * The logged paths of one batch, read from the one log file that holds them without listing the
@@ -28,12 +28,15 @@ import io.batchlog.Compat
  *
  * Anything else is None, and the caller reads the log the long way, which also names what is wrong:
  * `c` without a proved index, lines without `batchId` (their batch needs the lineage of the log), a
- * missing batch file, a run that does not match its index. A compaction that drops entries for
- * retention removes the indexes of the older compact files (they still hold what it dropped), so
- * this never answers from a compact file older than such a drop; a reading session with an age
- * retention (`spark.batchlog.retention.age`, which hides entries by time) never uses it. The `v1`
- * header of a compact file is not read here (the index proves the file's name, length and time, and
- * each run its bytes); full reads and `verify` check it.
+ * missing batch file, a run whose lines do not match its index. One exception: a run whose bytes do
+ * not match its CRC32C while `c` keeps the name, length and modification time its index records is
+ * damage (a compact file is written once), and fails with `CORRUPT_LOG` here as on the long way,
+ * never answered from a rescan of the damaged file. A compaction that drops entries for retention
+ * removes the indexes of the older compact files (they still hold what it dropped), so this never
+ * answers from a compact file older than such a drop; a reading session with an age retention
+ * (`spark.batchlog.retention.age`, which hides entries by time) never uses it. The `v1` header of a
+ * compact file is not read here (the index proves the file's name, length and time, and each run
+ * its bytes); full reads and `verify` check it.
  */
 private[batchlog] object DirectLookup {
 
@@ -77,41 +80,82 @@ private[batchlog] object DirectLookup {
         if (runs.isEmpty) Some(Nil)
         else {
           val in = FutureIO.awaitFuture(fs.openFile(compact).withFileStatus(status).build())
-          try {
-            val out = mutable.ArrayBuffer.empty[String]
-            val allMatch = runs.forall { r =>
-              in.seek(r.offset)
-              readRun(in, r, out)
-            }
-            if (allMatch) Some(out.toSeq) else None
-          } catch { case _: java.io.EOFException => None }
-          finally in.close()
+          val out = mutable.ArrayBuffer.empty[String]
+          val read =
+            try runs.iterator.map { r => in.seek(r.offset); readRun(in, r, out) }
+                .find(_ != RunMatches).getOrElse(RunMatches)
+            catch { case _: java.io.EOFException => BytesDiffer }
+            finally in.close()
+          read match {
+            case RunMatches => Some(out.toSeq)
+            case BytesDiffer => requireReplaced(fs, compact, index); None
+            case LinesDiffer => None
+          }
         }
       }
     }
   }
 
-  /** Adds the paths of `run`'s lines to `out`; false if they do not match the run. */
+  sealed private trait RunRead
+  private case object RunMatches extends RunRead
+  private case object BytesDiffer extends RunRead // its CRC32C, or the file ends inside it
+  private case object LinesDiffer extends RunRead
+
+  /**
+   * Adds the paths of `run`'s lines to `out` and tells whether they match the run: its bytes are
+   * read to the end whatever the lines hold, so that damaged bytes are told from a wrong index.
+   */
   private def readRun(
       in: java.io.InputStream,
       run: IndexRun,
       out: mutable.ArrayBuffer[String]
-  ): Boolean = {
+  ): RunRead = {
     val checked = new java.util.zip.CheckedInputStream(
       new CompactIndex.BoundedStream(in, run.length),
       Compat.crc32c()
     )
     val r = new BufferedReader(new InputStreamReader(checked, UTF_8), 1 << 16)
-    if (r.read() != '\n') return false
+    var linesMatch = r.read() == '\n'
     var n = 0L
     var line = r.readLine()
     while (line != null) {
-      if (LogFormat.taggedBatch(line) != run.batchId) return false
-      out += pathOf(line).getOrElse(return false)
+      if (linesMatch) {
+        linesMatch = LogFormat.taggedBatch(line) == run.batchId
+        pathOf(line) match {
+          case Some(p) if linesMatch => out += p
+          case _ => linesMatch = false
+        }
+      }
       n += 1
       line = r.readLine()
     }
-    n == run.count && checked.getChecksum.getValue == run.crc
+    if (checked.getChecksum.getValue != run.crc) BytesDiffer
+    else if (!linesMatch || n != run.count) LinesDiffer
+    else RunMatches
+  }
+
+  /**
+   * Fails with `CORRUPT_LOG`, naming every run that does not match, if `compact` still has the
+   * name, length and modification time `index` records; returns if it was replaced meanwhile.
+   */
+  private def requireReplaced(fs: FileSystem, compact: Path, index: CompactIndex): Unit = {
+    val status =
+      try fs.getFileStatus(compact)
+      catch { case _: FileNotFoundException => return }
+    if (index.matches(status)) {
+      val in = fs.open(compact)
+      val runs =
+        try CompactIndex.damagedRuns(index, in)
+        finally in.close()
+      if (runs.nonEmpty) {
+        throw BatchLogException.damagedCompactFile(
+          compact.toString,
+          CompactIndex.pathOf(compact).toString,
+          compact.getParent.getParent.toString,
+          runs.map(CompactIndex.describe)
+        )
+      }
+    }
   }
 
   private def fromBatchFile(fs: FileSystem, file: Path, batch: Long): Option[Seq[String]] = {

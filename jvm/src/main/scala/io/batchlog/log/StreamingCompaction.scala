@@ -23,9 +23,13 @@ trait StreamingCompaction extends Logging { self: BatchTaggedFileStreamSinkLog =
    * the age; what it drops is logged and recorded in the index.
    *
    * The previous compact file's runs are copied as bytes only through a proved index (or one just
-   * built by scanning the file), each run's CRC32C checked as it is copied. A mismatch (the file
-   * changed under its index) fails the attempt inside `addNewBatchByStream`, which cancels the temp
-   * file so nothing is published; compaction then retries once from a fresh scan.
+   * built by scanning the file), each run's CRC32C checked as it is copied. A mismatch fails the
+   * attempt inside `addNewBatchByStream`, which cancels the temp file so nothing is published. If
+   * the compact file still has the name, length and modification time its index records, it is
+   * damaged (a compact file is written once): the compaction fails with `CORRUPT_LOG`, naming the
+   * file, the batches and their bytes, and `repair` as the way out; a rescan would copy the damage
+   * into the new compact file under a fresh, matching CRC, and the evidence would be gone. Only if
+   * the file was replaced (the index is stale) does compaction retry once, from a fresh scan.
    */
   private[log] def compact(batchId: Long, newEntries: Array[SinkLogEntry]): Boolean = {
     val startNs = System.nanoTime()
@@ -33,11 +37,13 @@ trait StreamingCompaction extends Logging { self: BatchTaggedFileStreamSinkLog =
       try compactOnce(batchId, newEntries, rescan = false)
       catch {
         case s: CompactCopy.StaleRun =>
+          requireReplaced(pathToBatchId(s.file), s.index, s.run)
           logWarning(s"${s.file} does not match its index (${s.getMessage}); compacting batch " +
             s"$batchId again from a fresh scan of it")
           try compactOnce(batchId, newEntries, rescan = true)
           catch {
             case s2: CompactCopy.StaleRun =>
+              requireReplaced(pathToBatchId(s2.file), s2.index, s2.run)
               throw BatchLogException.corruptLine(
                 s2.file.toString,
                 -1,

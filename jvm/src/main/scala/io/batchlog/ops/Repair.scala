@@ -46,7 +46,11 @@ import io.batchlog.log.{
  *
  * A log whose only problems are damaged index files (`N.compact.index`, see [[Verify]]) is not
  * rebuilt: exactly those indexes are rewritten from a scan of their compact files (atomically), and
- * reported as `indexesRewritten`.
+ * reported as `indexesRewritten`. Likewise a log whose only problems are damaged runs of compact
+ * files (bytes that no longer match the CRC32C their proved index records, see [[Verify]]) is not
+ * rebuilt: [[RestoreRuns]] restores exactly those batches' entries, from their batch files or the
+ * data files named with their batch, reported as `runsRestored` (with the source of each); a run it
+ * cannot restore makes the repair a rebuild of the whole log, the plan saying why.
  *
  * Caveat: a batch attempt that failed before committing leaves files with the same batch id as its
  * successful retry; without a surviving log they cannot be told apart. Such batches (two files of
@@ -69,7 +73,9 @@ object Repair {
       files: Seq[(Long, FileStatus)],
       untagged: Seq[FileStatus],
       suspectBatches: Seq[Long],
-      indexProblems: Seq[IndexProblem] = Nil
+      indexProblems: Seq[IndexProblem] = Nil,
+      damagedRuns: Seq[DamagedRun] = Nil,
+      restores: Seq[Either[String, RestoreRuns.Restore]] = Nil
   ) {
     val latestBatch: Long = if (files.isEmpty) -1L else files.map(_._1).max
 
@@ -91,12 +97,21 @@ object Repair {
     def indexesOnly: Boolean =
       logExists && indexProblems.nonEmpty && logProblems.length == indexProblems.length
 
+    /**
+     * The log is sound but for damaged runs of compact files (one log problem a damaged file) and
+     * damaged indexes, and every damaged run can be restored: restoring them is the whole repair.
+     */
+    def runsOnly: Boolean =
+      logExists && damagedRuns.nonEmpty && restores.forall(_.isRight) &&
+        logProblems.length == indexProblems.length + damagedRuns.map(_.file).distinct.length
+
     /** The plan as a report: what a dry run prints, and, with the outcome, what a run did. */
     def report(
         dryRun: Boolean,
         written: Boolean = false,
         movedAside: Option[Path] = None,
-        indexesRewritten: Seq[String] = Nil
+        indexesRewritten: Seq[String] = Nil,
+        runsRestored: Seq[RestoredRun] = Nil
     ): RepairReport = RepairReport(
       sink.toString,
       metadataPath.toString,
@@ -130,7 +145,11 @@ object Repair {
       dryRun,
       written,
       movedAside.map(_.toString),
-      indexesRewritten
+      indexesRewritten,
+      damagedRuns,
+      runsOnly,
+      if (dryRun) restores.collect { case Right(r) => r.report }
+      else runsRestored
     )
   }
 
@@ -200,6 +219,7 @@ object Repair {
     val problems = mutable.ArrayBuffer.empty[String]
     var intent: Option[RewindIntent] = None
     var indexProblems: Seq[IndexProblem] = Nil
+    var damagedRuns: Seq[DamagedRun] = Nil
     if (logExists) {
       if (!fs.getFileStatus(meta).isDirectory) problems += s"$meta is not a directory"
       else {
@@ -221,6 +241,7 @@ object Repair {
           problems ++= LogLayout.misfit(fmOf(meta), meta, interval.interval, interval.source)
         }
         indexProblems = report.indexProblems
+        damagedRuns = report.damagedRuns
       }
     }
 
@@ -241,6 +262,14 @@ object Repair {
     }
     val suspect = sorted.groupBy(_._1).filter(b => twoAttempts(b._2.map(_._2))).keys.toSeq.sorted
     problems ++= indexProblems.map(p => s"${p.file} is not used: ${p.problem}")
+    val restores =
+      if (damagedRuns.isEmpty) Nil
+      else RestoreRuns.plan(
+        new BatchTaggedFileStreamSinkLog(spark, meta.toString),
+        damagedRuns,
+        sorted
+      )
+    problems ++= restores.collect { case Left(why) => s"$why: the whole log is rebuilt" }
     Plan(
       sink,
       meta,
@@ -253,7 +282,9 @@ object Repair {
       sorted,
       untagged.toSeq,
       suspect,
-      indexProblems
+      indexProblems,
+      damagedRuns,
+      restores
     )
   }
 
@@ -299,6 +330,7 @@ object Repair {
         }
       }
     }
+    if (p.runsOnly && !force) return restoreRuns(spark, p, dryRun)
     if (p.indexesOnly && !force) return rewriteIndexes(spark, p, dryRun)
     if (dryRun || (!p.needed && !force)) return p.report(dryRun)
     val progress = new Progress("repair: log files", quiet)
@@ -369,6 +401,25 @@ object Repair {
   private def wrap(e: Throwable, outcome: String): Throwable = e match {
     case b: BatchLogException => b.withOutcome(outcome)
     case other => new java.io.IOException(s"${other.getMessage} $outcome", other)
+  }
+
+  /**
+   * Restores (unless `dryRun`) exactly the damaged runs of `p` ([[RestoreRuns]]), then rewrites its
+   * damaged indexes; a dry run lists the runs it would restore and from where.
+   */
+  private def restoreRuns(spark: SparkSession, p: Plan, dryRun: Boolean): RepairReport = {
+    val planned = p.restores.collect { case Right(r) => r }
+    if (dryRun) return p.report(dryRun)
+    val log = new BatchTaggedFileStreamSinkLog(spark, p.metadataPath.toString)
+    val done = BatchLogException.unchanged(
+      RestoreRuns.apply(log, p.sink, planned, System.currentTimeMillis())
+    )
+    p.indexProblems.foreach(ip => log.writeIndex(ip.compactId))
+    p.report(
+      dryRun,
+      indexesRewritten = p.indexProblems.map(_.file),
+      runsRestored = done
+    )
   }
 
   /** Rewrites (unless `dryRun`) exactly the damaged indexes of `p`, each from its compact file. */

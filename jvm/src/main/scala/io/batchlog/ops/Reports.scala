@@ -34,6 +34,25 @@ final case class WrongBatch(path: String, size: Long, batchId: Option[Long], nam
 /** An index file beside a live compact file that is not used, and why. */
 final case class IndexProblem(file: String, compactId: Long, problem: String)
 
+/**
+ * A run of a compact file (the lines of one batch, `None`: untagged) whose bytes do not match the
+ * CRC32C its proved index records: damage (see [[Verify]]); `entries` is the run's line count.
+ */
+final case class DamagedRun(
+    file: String,
+    compactId: Long,
+    batchId: Option[Long],
+    offset: Long,
+    length: Long,
+    entries: Long
+)
+
+/**
+ * A damaged run a repair restores (or, in a dry run, would restore): the entries of its batch, from
+ * `source` (a batch file, or the data files named with the batch).
+ */
+final case class RestoredRun(file: String, batchId: Long, entries: Long, source: String)
+
 /** How a compactible log directory is cut back: log files rebuilt and deleted, by name. */
 final case class LogCut(dir: String, keepUpTo: Long, rebuild: Seq[String], delete: Seq[String])
 
@@ -169,6 +188,7 @@ final case class VerifyReport(
     indexProblems: Seq[IndexProblem],
     indexAdvice: Option[String],
     indexesRebuiltInMemory: Int,
+    damagedRuns: Seq[DamagedRun],
     missingCount: Long,
     missing: Seq[LoggedFile],
     sizeMismatchCount: Long,
@@ -188,7 +208,8 @@ final case class VerifyReport(
 /**
  * A repair's plan and outcome; see [[Repair]]. `written` tells whether a new log was written,
  * `movedAside` where the damaged one went, `indexesRewritten` the indexes an index-only repair
- * rewrote.
+ * rewrote, `runsRestored` the damaged runs of compact files restored (in a dry run: that would be)
+ * and where from.
  */
 final case class RepairReport(
     sink: String,
@@ -215,7 +236,10 @@ final case class RepairReport(
     dryRun: Boolean,
     written: Boolean,
     movedAside: Option[String],
-    indexesRewritten: Seq[String]
+    indexesRewritten: Seq[String],
+    damagedRuns: Seq[DamagedRun],
+    runsOnly: Boolean,
+    runsRestored: Seq[RestoredRun]
 )
 
 /** What vacuum deleted (or, in a dry run, would delete) and what it kept; see [[Vacuum]]. */

@@ -12,6 +12,7 @@ import io.batchlog.log.{
   BatchTaggedFileStreamSinkLog,
   CompactIndex,
   DataFileNaming,
+  IndexCheck,
   LogLayout,
   SinkLogEntry,
   SinkRecord
@@ -24,11 +25,20 @@ import io.batchlog.log.{
  * not list are reported as orphans: plain Spark reading through the log never sees them (a crashed
  * or failed batch leaves them), but globs and other engines do; `vacuum` deletes old ones.
  *
- * Every index file beside a live compact file (`N.compact.index`) is proved and each of its runs
- * checked against the compact file's bytes; one that fails is an `indexProblem`. Readers do not use
- * it (they rebuild the index in memory) and compaction never copies through it, so no read is
- * wrong, but every read of the sink pays a scan of the compact file until `repair` rewrites it. A
- * missing or legacy (v1) index is not a problem: it is counted as rebuilt in memory.
+ * Every index file beside a live compact file (`N.compact.index`) is proved; one that is not is an
+ * `indexProblem`. Readers do not use it (they rebuild the index in memory) and compaction never
+ * copies through it, so no read is wrong, but every read of the sink pays a scan of the compact
+ * file until `repair` rewrites it. A missing or legacy (v1) index is not a problem: it is counted
+ * as rebuilt in memory.
+ *
+ * A compact file whose index is proved (so it keeps the name, length and modification time the
+ * index records) but some of whose runs do not match their CRC32C is damaged: a compact file is
+ * written once, so that is bit rot or an edit in place, never a newer version. Every compact file
+ * present with an index is checked (lookups of one batch read older compact files through theirs);
+ * each damaged one is a log error (the `CORRUPT_LOG` text compaction and readers fail with) and its
+ * runs are listed in `damagedRuns`, which `repair` restores. The entries of a damaged run are not
+ * checked against the data files (what they say is not to be trusted; a wrong path or size there is
+ * the damage itself), but the files they name are not orphans.
  *
  * Every entry must lie inside the output directory ([[SinkBoundary]]): one that does not is
  * *foreign* (reported by path and reason, never looked at), and rewind and vacuum refuse to act
@@ -52,22 +62,44 @@ object Verify {
       "then readers rebuild it in memory (a scan of the compact file) and compaction " +
       "never copies through it."
 
+  /** What [[indexes]] found. */
+  final case class IndexFindings(
+      problems: Seq[IndexProblem],
+      inMemory: Int,
+      damaged: Seq[DamagedRun],
+      damageErrors: Seq[String]
+  )
+
   /**
-   * Checks the index of every live compact file: (problems, number of live compact files without a
-   * usable index, whose index readers rebuild in memory: missing or legacy ones).
+   * Checks the index of every live compact file: its problems and the number of live compact files
+   * without a usable index, whose index readers rebuild in memory (missing or legacy ones); and
+   * every compact file present against its index, for damage (see above).
    */
-  def indexes(log: BatchTaggedFileStreamSinkLog): (Seq[IndexProblem], Int) = {
+  def indexes(log: BatchTaggedFileStreamSinkLog): IndexFindings = {
     val problems = mutable.ArrayBuffer.empty[IndexProblem]
+    val damaged = mutable.ArrayBuffer.empty[DamagedRun]
+    val errors = mutable.ArrayBuffer.empty[String]
     var inMemory = 0
-    log.liveLogBatchIds().filter(log.isCompactFile).foreach { id =>
+    val live = log.liveLogBatchIds().filter(log.isCompactFile).toSet
+    val ids =
+      (live ++ LogLayout.compactIds(log.checkpointFileManager, log.metadataPath)).toSeq.sorted
+    ids.foreach { id =>
       val indexFile = CompactIndex.pathOf(log.logFilePath(id))
-      log.indexProblem(id) match {
-        case None =>
-        case Some(CompactIndex.AbsentReason | CompactIndex.LegacyReason) => inMemory += 1
-        case Some(p) => problems += IndexProblem(indexFile.toString, id, p)
+      log.checkIndex(id) match {
+        case Some(IndexCheck.Unused(CompactIndex.AbsentReason | CompactIndex.LegacyReason))
+            if live(id) =>
+          inMemory += 1
+        case Some(IndexCheck.Unused(why)) if live(id) =>
+          problems += IndexProblem(indexFile.toString, id, why)
+        case Some(IndexCheck.Damaged(_, runs)) =>
+          errors += log.indexProblem(id).getOrElse("")
+          damaged ++= runs.map { r =>
+            DamagedRun(log.logFilePath(id).toString, id, r.batchId, r.offset, r.length, r.count)
+          }
+        case _ =>
       }
     }
-    (problems.toSeq, inMemory)
+    IndexFindings(problems.toSeq, inMemory, damaged.toSeq, errors.filter(_.nonEmpty).toSeq)
   }
 
   /** The key under which a logged path and a listed data file compare equal. */
@@ -123,6 +155,32 @@ object Verify {
     val foreign = mutable.ArrayBuffer.empty[ForeignEntry]
     val boundary = new SinkBoundary(fs, sink)
     var liveFiles, liveBytes, untagged = 0L
+    val indexErrors = mutable.ArrayBuffer.empty[String]
+    val found =
+      try indexes(log)
+      catch {
+        case e: BatchLogException => indexErrors += e.getMessage; IndexFindings(Nil, 0, Nil, Nil)
+      }
+    // The batches whose lines in the live compact file are damaged: not to be checked.
+    val liveCompact = log.liveLogBatchIds().filter(log.isCompactFile).headOption
+    val untrusted =
+      found.damaged.filter(d => liveCompact.contains(d.compactId)).map(_.batchId).toSet
+    def check(e: SinkLogEntry): Unit = {
+      val p = entryPath(e)
+      val named = DataFileNaming.batchIdOf(p.getName)
+      for (b <- e.batchId; n <- named if b != n) wrongBatch += ((e, n))
+      if (e.batchId.exists(_ > latest)) {
+        logErrors += s"${e.path} is logged with batch ${e.batchId.get}, after the latest " +
+          s"batch $latest"
+      }
+      boundary.foreignReason(p) match {
+        case Some(r) => foreign += ForeignEntry(e.path, e.size, e.batchId, r) // never looked at
+        case None if !fs.exists(p) => missing += e
+        case None =>
+          val actual = fs.getFileStatus(p).getLen
+          if (actual != e.size) sizeMismatch += ((e, actual))
+      }
+    }
     try {
       log.foreachLiveEntry { e =>
         val p = entryPath(e)
@@ -130,19 +188,7 @@ object Verify {
         liveFiles += 1
         liveBytes += e.size
         if (e.batchId.isEmpty) untagged += 1
-        val named = DataFileNaming.batchIdOf(p.getName)
-        for (b <- e.batchId; n <- named if b != n) wrongBatch += ((e, n))
-        if (e.batchId.exists(_ > latest)) {
-          logErrors += s"${e.path} is logged with batch ${e.batchId.get}, after the latest " +
-            s"batch $latest"
-        }
-        boundary.foreignReason(p) match {
-          case Some(r) => foreign += ForeignEntry(e.path, e.size, e.batchId, r) // never looked at
-          case None if !fs.exists(p) => missing += e
-          case None =>
-            val actual = fs.getFileStatus(p).getLen
-            if (actual != e.size) sizeMismatch += ((e, actual))
-        }
+        if (!untrusted(e.batchId)) check(e)
       }
     } catch {
       case e: BatchLogException => logErrors += e.getMessage
@@ -158,11 +204,11 @@ object Verify {
       catch { case e: BatchLogException => logErrors += e.getMessage }
     }
     // With an unreadable log, every data file would look orphaned: list none rather than mislead.
-    val (found, extras) = orphans(fs, sink, logged)
-    val orphanFiles = if (logErrors.isEmpty) found else Nil
-    val (indexProblems, inMemory) =
-      try indexes(log)
-      catch { case e: BatchLogException => logErrors += e.getMessage; (Nil, 0) }
+    val (orphanList, extras) = orphans(fs, sink, logged)
+    val orphanFiles = if (logErrors.isEmpty) orphanList else Nil
+    logErrors ++= indexErrors
+    logErrors ++= found.damageErrors
+    val indexProblems = found.problems
     def loggedFile(e: SinkLogEntry) = LoggedFile(e.path, e.size, e.batchId)
     val limit = Reports.ListLimit
     VerifyReport(
@@ -178,7 +224,8 @@ object Verify {
       logErrors.toSeq,
       indexProblems,
       if (indexProblems.isEmpty) None else Some(IndexAdvice),
-      inMemory,
+      found.inMemory,
+      found.damaged,
       missing.length,
       missing.take(limit).map(loggedFile).toSeq,
       sizeMismatch.length,
