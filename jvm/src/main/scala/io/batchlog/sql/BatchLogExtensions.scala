@@ -5,15 +5,24 @@ import java.lang.reflect.{InvocationHandler, InvocationTargetException, Method, 
 import org.apache.spark.sql.{SparkSession, SparkSessionExtensions}
 import org.apache.spark.sql.catalyst.parser.ParserInterface
 
+import io.batchlog.commit.HeadStartListener
+
 /**
  * batchlog's SQL, for `spark.sql.extensions=io.batchlog.sql.BatchLogExtensions`: the `BATCHLOG`
  * statements ([[BatchLogStatement]]) and the table functions ([[TableFunctions]]). With them every
  * operation of the Python API works over a session without a JVM gateway, such as Spark Connect.
+ * And a session that defines a streaming query gets the [[HeadStartListener]], which stops a query
+ * that is not its sink's writer before Spark's sink skips its batches.
  */
 class BatchLogExtensions extends (SparkSessionExtensions => Unit) {
   override def apply(extensions: SparkSessionExtensions): Unit = {
     extensions.injectParser((_, delegate) => BatchLogExtensions.parser(delegate))
     TableFunctions.all(() => SparkSession.active).foreach(extensions.injectTableFunction)
+    // A session that defines a streaming query gets the check of a query against its sink's owner
+    // at its start (analysis runs when the stream is defined, before it can be started).
+    extensions.injectCheckRule(session =>
+      plan => if (plan.isStreaming) HeadStartListener.register(session)
+    )
   }
 }
 
