@@ -16,8 +16,9 @@ or on an existing one (the jar must already be on the class path)::
 from __future__ import annotations
 
 from pyspark.sql import SparkSession
+from pyspark.sql.streaming.query import StreamingQuery
 
-from batchlog import _sql, reports
+from batchlog import _jvm, _sql, reports
 from batchlog._jars import jar_path
 from batchlog.errors import (
     BatchLogError,
@@ -81,6 +82,7 @@ __all__ = [
     "WriterActiveError",
     "adopt",
     "adopt_action",
+    "await_termination",
     "configure",
     "jar_path",
     "read",
@@ -125,3 +127,12 @@ def configure(builder: SparkSession.Builder) -> SparkSession.Builder:
         .config(COMMIT_PROTOCOL_KEY, COMMIT_PROTOCOL_CLASS)
         .config(EXTENSIONS_KEY, ",".join(extensions))
     )
+
+
+def await_termination(query: StreamingQuery, timeout: int | None = None) -> bool | None:
+    """``query.awaitTermination(timeout)``, raising the batchlog error that stopped the query as
+    its class (say :class:`SinkOwnedByOtherQueryError`) instead of pyspark's
+    ``StreamingQueryException`` (chained as its ``__cause__``); other errors as pyspark raises them.
+    """
+    with _jvm.jvm_errors():
+        return query.awaitTermination(timeout)
