@@ -5,7 +5,7 @@ import java.io.File
 import org.apache.spark.sql.streaming.{StreamingQuery, StreamingQueryException}
 import io.batchlog.testshim.{intStream, MemoryStream}
 
-import io.batchlog.commit.HeadStart
+import io.batchlog.commit.{HeadStart, HeadStartListener}
 import io.batchlog.sql.BatchLogExtensions
 
 /**
@@ -92,6 +92,8 @@ class HeadStartSuite extends SparkSessionTestBase {
     assert(snapshot(out) == before)
     assert(rows(out) == Seq(1, 2, 3, 4, 5))
     assert(a.logFiles("offsets").isEmpty && a.logFiles("commits").isEmpty)
+    // the session that defined the streams has the listener; the clones that ran them have not
+    assert(HeadStartListener.sessionsWith(spark.sparkContext) == 1)
   }
 
   test("the owner's restart, and a crash replay on a sink without a record, are not stopped") {

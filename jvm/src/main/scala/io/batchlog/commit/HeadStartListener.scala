@@ -85,6 +85,15 @@ object HeadStartListener extends Logging {
       java.lang.Boolean
     ]()))
 
+  /** How many sessions of `sc` have the listener (the one that defines streams, not its clones). */
+  private[batchlog] def sessionsWith(sc: org.apache.spark.SparkContext): Int =
+    registered.synchronized {
+      val it = registered.iterator()
+      var n = 0
+      while (it.hasNext) if (it.next().sparkContext eq sc) n += 1
+      n
+    }
+
   /** Adds the listener to `spark`'s streaming queries, once per session. */
   def register(spark: SparkSession): Unit =
     if (registered.add(spark)) spark.streams.addListener(new HeadStartListener(spark))

@@ -4,6 +4,7 @@ import java.lang.reflect.{InvocationHandler, InvocationTargetException, Method, 
 
 import org.apache.spark.sql.{SparkSession, SparkSessionExtensions}
 import org.apache.spark.sql.catalyst.parser.ParserInterface
+import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
 
 import io.batchlog.commit.HeadStartListener
 
@@ -21,7 +22,7 @@ class BatchLogExtensions extends (SparkSessionExtensions => Unit) {
     // A session that defines a streaming query gets the check of a query against its sink's owner
     // at its start (analysis runs when the stream is defined, before it can be started).
     extensions.injectCheckRule(session =>
-      plan => if (plan.isStreaming) HeadStartListener.register(session)
+      plan => if (BatchLogExtensions.definesStream(plan)) HeadStartListener.register(session)
     )
   }
 }
@@ -33,6 +34,15 @@ object BatchLogExtensions {
 
   /** The value for [[Key]]: this class's name (Python's `batchlog.EXTENSIONS_CLASS`, tested). */
   val ClassName: String = classOf[BatchLogExtensions].getName
+
+  /**
+   * True for the plan of a stream being defined: a streaming plan with a source not yet started
+   * (`StreamingRelation`, `StreamingRelationV2`; a running query's micro-batch plans have other
+   * leaves, and are analysed in a clone of the session, which must not get a listener: its streams
+   * manager would be created for it). Matched by name: the V1 class moved between lines.
+   */
+  def definesStream(plan: LogicalPlan): Boolean =
+    plan.isStreaming && plan.find(_.getClass.getSimpleName.startsWith("StreamingRelation")).isDefined
 
   /**
    * Spark's parser, answering `BATCHLOG ...` statements itself. It is a proxy of the
