@@ -115,7 +115,8 @@ EXTENSIONS_CLASS = _sql.EXTENSIONS_CLASS
 
 def configure(builder: SparkSession.Builder) -> SparkSession.Builder:
     """``builder`` with the batchlog jar for the installed pyspark (:func:`jar_path`) added to
-    ``spark.jars``, the commit protocol set and batchlog's SQL extensions added."""
+    ``spark.jars``, the commit protocol set and batchlog's SQL extensions added (they also stop a
+    query that is not its sink's writer as it starts, before Spark's sink skips its batches)."""
     options = getattr(builder, "_options", {})
     jars = [j for j in str(options.get("spark.jars", "")).split(",") if j]
     jars.append(jar_path())
