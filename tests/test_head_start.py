@@ -24,7 +24,7 @@ from reliability_support import (
     sql_conf,
     write_input,
 )
-from support import QUERY_TIMEOUT_S, await_query, wait_lease_released
+from support import QUERY_TIMEOUT_S, await_query, run_cli, wait_lease_released
 
 spark = spark_session  # the module's session fixture
 
@@ -159,3 +159,37 @@ def test_a_head_start_writer_on_a_sink_without_an_owner_record_is_stopped(
     assert snapshot(out) == before
     assert plain_read(out)["ids"] == ids_of(range(3))
     assert log_names(chk_a / "offsets") == [] and log_names(chk_a / "commits") == []
+
+
+def test_a_writer_without_batchlogs_committer_is_not_stopped_and_inspect_counts_its_skips(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Not caught at the start: A runs with plain Spark's committer (the check is for queries
+    committing through batchlog). Spark's sink skips A's batches 0 and 1 without an error; the
+    sink shows no trace of A, and ``inspect --checkpoint`` counts the skipped batches."""
+    out = tmp_path / "out"
+    in_b, chk_b, in_a, chk_a = (tmp_path / n for n in ("in-b", "chk-b", "in-a", "chk-a"))
+    write_input(in_b, 0, 3, ROWS)
+    run(spark, in_b, out, chk_b, SINK_CONFS)
+    before = snapshot(out)
+    write_input(in_a, 10, 2, ROWS)
+    run(spark, in_a, out, chk_a, {**SINK_CONFS, batchlog.COMMIT_PROTOCOL_KEY: SPARK_COMMITTER})
+    assert log_names(chk_a / "commits") == ["0", "1"]  # both batches "done", both skipped
+    assert snapshot(out) == before
+    assert plain_read(out)["ids"] == ids_of(range(3))
+    assert batchlog.verify(spark, str(out))["healthy"] is True  # no trace in the sink
+
+    h = batchlog.SinkLog(spark, str(out)).inspect(str(chk_a)).horizon
+    assert (h.owner, h.checkpoint_query_id) == (query_id(chk_b), query_id(chk_a))
+    assert (h.checkpoint_skipped_batches, h.checkpoint_skipped_first) == (2, 0)
+    assert h.checkpoint_skipped_last == 1
+    proc = run_cli("inspect", str(out), "--checkpoint", str(chk_a))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (
+        "WARNING         2 committed batches of the checkpoint (from 0 to 1) were skipped by "
+        "Spark's sink (their ids were already logged by another writer): their rows are not in "
+        "the sink"
+    ) in proc.stdout, proc.stdout
+    # the owner's checkpoint: nothing skipped, no such warning
+    h = batchlog.SinkLog(spark, str(out)).inspect(str(chk_b)).horizon
+    assert (h.checkpoint_skipped_batches, h.checkpoint_skipped_first) == (0, None)
