@@ -196,6 +196,9 @@ def test_sink_log_api(spark: SparkSession, sinks: dict[str, Sink], fmt: str) -> 
             owner=json.loads((out.parent / f"chk-{fmt}" / "metadata").read_text())["id"],
             owner_since=0,
             checkpoint_query_id=None,
+            checkpoint_skipped_batches=None,
+            checkpoint_skipped_first=None,
+            checkpoint_skipped_last=None,
         ),
     )
 

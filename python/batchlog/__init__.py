@@ -16,8 +16,9 @@ or on an existing one (the jar must already be on the class path)::
 from __future__ import annotations
 
 from pyspark.sql import SparkSession
+from pyspark.sql.streaming.query import StreamingQuery
 
-from batchlog import _effective_conf, _sql, reports
+from batchlog import _effective_conf, _jvm, _sql, reports
 from batchlog._jars import jar_path
 from batchlog.errors import (
     BatchLogError,
@@ -85,6 +86,7 @@ __all__ = [
     "WriterActiveError",
     "adopt",
     "adopt_action",
+    "await_termination",
     "configure",
     "jar_path",
     "read",
@@ -118,7 +120,8 @@ EXTENSIONS_CLASS = _sql.EXTENSIONS_CLASS
 def configure(builder: SparkSession.Builder) -> SparkSession.Builder:
     """``builder`` with batchlog added to the session's effective configuration: its jar for the
     installed pyspark (:func:`jar_path`) added to ``spark.jars``, its commit protocol set and its
-    SQL extensions appended to ``spark.sql.extensions``.
+    SQL extensions appended to ``spark.sql.extensions`` (they also stop a query that is not its
+    sink's writer as it starts, before Spark's sink skips its batches).
 
     Added, never replaced: the jars and extensions the session would have without this call stay,
     in their order, wherever they were set (:mod:`batchlog._effective_conf`): the builder's own
@@ -138,3 +141,12 @@ def configure(builder: SparkSession.Builder) -> SparkSession.Builder:
         .config(COMMIT_PROTOCOL_KEY, COMMIT_PROTOCOL_CLASS)
         .config(EXTENSIONS_KEY, ",".join(extensions))
     )
+
+
+def await_termination(query: StreamingQuery, timeout: int | None = None) -> bool | None:
+    """``query.awaitTermination(timeout)``, raising the batchlog error that stopped the query as
+    its class (say :class:`SinkOwnedByOtherQueryError`) instead of pyspark's
+    ``StreamingQueryException`` (chained as its ``__cause__``); other errors as pyspark raises them.
+    """
+    with _jvm.jvm_errors():
+        return query.awaitTermination(timeout)

@@ -62,6 +62,13 @@ def inspect(info: SinkSummary) -> None:
             "owner's: the sink refuses that query, and Spark's sink skips its batch ids up to "
             "the latest"
         )
+    if h.checkpoint_skipped_batches:
+        print(
+            f"WARNING         {h.checkpoint_skipped_batches} committed batches of the checkpoint "
+            f"(from {h.checkpoint_skipped_first} to {h.checkpoint_skipped_last}) were skipped by "
+            "Spark's sink (their ids were already logged by another writer): their rows are not "
+            "in the sink"
+        )
     batches = info.batches
     files = sum(b.files for b in batches) + info.untagged_files
     size = sum(b.bytes for b in batches) + info.untagged_bytes

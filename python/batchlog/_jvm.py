@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from py4j.protocol import Py4JJavaError
+from pyspark.errors.exceptions.captured import CapturedException
 from pyspark.sql import SparkSession
 
 from batchlog.errors import BatchLogError, error_for_code
@@ -44,15 +45,22 @@ def batchlog_package(spark: SparkSession) -> Any:
 
 @contextmanager
 def jvm_errors() -> Iterator[None]:
-    """Re-raises a JVM ``io.batchlog.BatchLogException`` as the matching Python exception."""
+    """Re-raises a JVM ``io.batchlog.BatchLogException`` as the matching Python exception: from a
+    py4j call, or at the root of an error pyspark already converted (say a
+    ``StreamingQueryException`` from ``awaitTermination``, whose JVM error is its ``_origin``)."""
     try:
         yield
     except Py4JJavaError as e:
-        raise _convert(e) from None
+        raise _convert(e.java_exception, e) from None
+    except CapturedException as e:
+        converted = _convert(getattr(e, "_origin", None), e)
+        if converted is e:
+            raise
+        raise converted from e
 
 
-def _convert(e: Py4JJavaError) -> Exception:
-    t = e.java_exception
+def _convert(t: Any, e: Exception) -> Exception:
+    """The batchlog error among the causes of the JVM throwable ``t``, else ``e``."""
     while t is not None:
         if t.getClass().getName() == "io.batchlog.BatchLogException":
             return error_for_code(str(t.code()), str(t.getMessage()))

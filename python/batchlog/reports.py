@@ -202,7 +202,9 @@ class RepairLogFile(Report):
 
 @dataclasses.dataclass(frozen=True)
 class HorizonReport(Report):
-    """The oldest batch a rewind can reach (sink lineage, checkpoint retention) and the owner."""
+    """The oldest batch a rewind can reach (sink lineage, checkpoint retention) and the owner;
+    given a checkpoint and an owner on record, how many of its committed batches the sink has from
+    another writer (skipped by Spark's sink: their rows are not in it), the first and last."""
 
     sink_horizon: int
     checkpoint_horizon: int | None
@@ -211,6 +213,9 @@ class HorizonReport(Report):
     owner: str | None
     owner_since: int | None
     checkpoint_query_id: str | None
+    checkpoint_skipped_batches: int | None
+    checkpoint_skipped_first: int | None
+    checkpoint_skipped_last: int | None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -204,10 +204,50 @@ object BatchLogException {
     s"Query $ourQuery cannot write batch $batchId to $sink: the sink is written by another " +
       s"query, $owner (its batches from $ownerSince on; each sink has one writer). Spark's file " +
       s"sink skips every batch id already in the sink's log, so this query's batches below " +
-      s"$batchId were not written to it. Give this query its own output path; or, if it is " +
-      s"meant to replace $owner, stop that one and run `python -m batchlog takeover $sink " +
-      "--checkpoint <this query's checkpoint> --dry-run`, then without --dry-run."
+      s"$batchId were not written to it. " + ownerWayOut(sink, owner)
   )
+
+  /**
+   * The same refusal, made when the query started, before its first batch: Spark's sink would have
+   * skipped its batches up to the sink's latest without calling batchlog, so it is stopped before.
+   * `owner`: the owner's query id and first batch, None when the sink has no owner on record.
+   */
+  def sinkOwnedAtStart(
+      sink: String,
+      ourQuery: String,
+      owner: Option[(String, Long)],
+      nextBatch: Long,
+      latest: Long
+  ): BatchLogException = {
+    val (writtenBy, name) = owner match {
+      case Some((id, from)) =>
+        (
+          s"the sink is written by another query, query $id (its batches from $from on",
+          s"query $id"
+        )
+      case None =>
+        (
+          "the sink's log was written by another writer, which left no owner record (plain " +
+            "Spark's file sink, or a log rebuilt by `repair`",
+          "that writer"
+        )
+    }
+    new BatchLogException(
+      SinkOwnedByOtherQuery,
+      s"Query $ourQuery cannot write to $sink: $writtenBy; each sink has one writer). It was " +
+        s"stopped as it started, before its batch $nextBatch: Spark's file sink skips every " +
+        s"batch id already in the sink's log (its latest batch is $latest)" +
+        (if (nextBatch <= latest) {
+           s", so this query's batches $nextBatch to $latest would have been dropped without " +
+             "an error. "
+         } else ". ") + ownerWayOut(sink, name)
+    )
+  }
+
+  private def ownerWayOut(sink: String, owner: String): String =
+    s"Give this query its own output path; or, if it is meant to replace $owner, stop that " +
+      s"one and run `python -m batchlog takeover $sink --checkpoint <this query's checkpoint> " +
+      "--dry-run`, then without --dry-run."
 
   def sinkChangedWhileWriting(sink: String, batchId: Long, what: String): BatchLogException =
     new BatchLogException(

@@ -60,7 +60,7 @@ class QueryCheckpoint(spark: SparkSession, path: String) {
   val fm: CheckpointFileManager = CheckpointFileManager.create(root, hadoopConf)
 
   val offsetsDir = new Path(root, "offsets")
-  val commitsDir = new Path(root, "commits")
+  val commitsDir = new Path(root, QueryCheckpoint.CommitsDir)
   val sourcesDir = new Path(root, "sources")
   val stateDir = new Path(root, "state")
 
@@ -122,4 +122,10 @@ class QueryCheckpoint(spark: SparkSession, path: String) {
   def numericNames(dir: Path): Seq[Long] =
     if (!fm.exists(dir)) Nil
     else fm.list(dir).toSeq.map(_.getPath.getName).filter(_.matches("[0-9]+")).map(_.toLong).sorted
+}
+
+object QueryCheckpoint {
+
+  /** A checkpoint's commit log directory (Spark's `commits/`). */
+  val CommitsDir = "commits"
 }

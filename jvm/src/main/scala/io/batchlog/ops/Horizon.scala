@@ -4,7 +4,7 @@ import org.apache.spark.sql.SparkSession
 
 import io.batchlog.BatchLogConf
 import io.batchlog.checkpoint.QueryCheckpoint
-import io.batchlog.log.{BatchTaggedFileStreamSinkLog, SinkRecord}
+import io.batchlog.log.{BatchTaggedFileStreamSinkLog, SinkOwner, SinkRecord}
 
 /**
  * The rewind horizon: the oldest batch a rewind can reach, the later of the sink's tagged lineage
@@ -45,7 +45,12 @@ object Horizon {
     val sink = ofSink(log)
     val checkpoint = checkpointPath.map(new QueryCheckpoint(spark, _))
     val cp = checkpoint.map(c => ofCheckpoint(c.offsetIds, c.commitIds))
-    val owner = SinkRecord.read(log.checkpointFileManager, log.metadataPath).flatMap(_.owner)
+    val owners = SinkRecord.read(log.checkpointFileManager, log.metadataPath).toSeq
+      .flatMap(_.owners)
+    val owner = owners.lastOption
+    val skipped = checkpoint.filter(_ => owners.nonEmpty).map { c =>
+      skippedBatches(c.commitIds, c.queryId, owners, log.getLatestBatchId().getOrElse(-1L))
+    }
     HorizonReport(
       sink,
       cp,
@@ -53,7 +58,27 @@ object Horizon {
       BatchLogConf.sinkLogSettings(spark).minBatchesToRetain,
       owner.map(_.queryId),
       owner.map(_.fromBatch),
-      checkpoint.map(_.queryId)
+      checkpoint.map(_.queryId),
+      skipped.map(_.length.toLong),
+      skipped.flatMap(_.headOption),
+      skipped.flatMap(_.lastOption)
     )
   }
+
+  /**
+   * The batches `commits` (ascending) of query `queryId` that the sink has from another writer: at
+   * or below the sink's `latest`, in a range the record gives to another owner. Spark's sink
+   * skipped them (it skips every batch id already logged, without calling batchlog), so their rows
+   * are not in the sink: what a head-start second writer leaves when nothing stopped it (a session
+   * without batchlog's extension, [[io.batchlog.commit.HeadStart]]).
+   */
+  def skippedBatches(
+      commits: Seq[Long],
+      queryId: String,
+      owners: Seq[SinkOwner],
+      latest: Long
+  ): Seq[Long] =
+    commits.filter { b =>
+      b <= latest && !owners.filter(_.fromBatch <= b).lastOption.exists(_.queryId == queryId)
+    }
 }

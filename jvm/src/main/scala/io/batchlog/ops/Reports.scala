@@ -92,7 +92,9 @@ final case class SinkSummary(
 
 /**
  * The rewind horizon: the oldest batch a rewind can reach, the later of the sink's tagged lineage
- * and (given the query's checkpoint) what the checkpoint retains; and who owns the sink.
+ * and (given the query's checkpoint) what the checkpoint retains; and who owns the sink. Given a
+ * checkpoint and an owner on record: how many of the checkpoint's committed batches the sink has
+ * from another writer (Spark's sink skipped them: their rows are not in it), the first and last.
  */
 final case class HorizonReport(
     sinkHorizon: Long,
@@ -101,7 +103,10 @@ final case class HorizonReport(
     minBatchesToRetain: Int,
     owner: Option[String],
     ownerSince: Option[Long],
-    checkpointQueryId: Option[String]
+    checkpointQueryId: Option[String],
+    checkpointSkippedBatches: Option[Long],
+    checkpointSkippedFirst: Option[Long],
+    checkpointSkippedLast: Option[Long]
 )
 
 /** What a rewind to `toBatch` will do; see [[Rewind]]. */

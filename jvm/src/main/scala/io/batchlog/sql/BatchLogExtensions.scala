@@ -4,16 +4,26 @@ import java.lang.reflect.{InvocationHandler, InvocationTargetException, Method, 
 
 import org.apache.spark.sql.{SparkSession, SparkSessionExtensions}
 import org.apache.spark.sql.catalyst.parser.ParserInterface
+import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
+
+import io.batchlog.commit.HeadStartListener
 
 /**
  * batchlog's SQL, for `spark.sql.extensions=io.batchlog.sql.BatchLogExtensions`: the `BATCHLOG`
  * statements ([[BatchLogStatement]]) and the table functions ([[TableFunctions]]). With them every
  * operation of the Python API works over a session without a JVM gateway, such as Spark Connect.
+ * And a session that defines a streaming query gets the [[HeadStartListener]], which stops a query
+ * that is not its sink's writer before Spark's sink skips its batches.
  */
 class BatchLogExtensions extends (SparkSessionExtensions => Unit) {
   override def apply(extensions: SparkSessionExtensions): Unit = {
     extensions.injectParser((_, delegate) => BatchLogExtensions.parser(delegate))
     TableFunctions.all(() => SparkSession.active).foreach(extensions.injectTableFunction)
+    // A session that defines a streaming query gets the check of a query against its sink's owner
+    // at its start (analysis runs when the stream is defined, before it can be started).
+    extensions.injectCheckRule(session =>
+      plan => if (BatchLogExtensions.definesStream(plan)) HeadStartListener.register(session)
+    )
   }
 }
 
@@ -24,6 +34,15 @@ object BatchLogExtensions {
 
   /** The value for [[Key]]: this class's name (Python's `batchlog.EXTENSIONS_CLASS`, tested). */
   val ClassName: String = classOf[BatchLogExtensions].getName
+
+  /**
+   * True for the plan of a stream being defined: a streaming plan with a source not yet started
+   * (`StreamingRelation`, `StreamingRelationV2`; a running query's micro-batch plans have other
+   * leaves, and are analysed in a clone of the session, which must not get a listener: its streams
+   * manager would be created for it). Matched by name: the V1 class moved between lines.
+   */
+  def definesStream(plan: LogicalPlan): Boolean =
+    plan.isStreaming && plan.find(_.getClass.getSimpleName.startsWith("StreamingRelation")).isDefined
 
   /**
    * Spark's parser, answering `BATCHLOG ...` statements itself. It is a proxy of the

@@ -17,6 +17,10 @@ package object shim {
   type SinkFileStatus = flat.SinkFileStatus
   val SinkFileStatus: flat.SinkFileStatus.type = flat.SinkFileStatus
 
+  type FileStreamSink = flat.FileStreamSink
+
+  type StreamingQueryWrapper = flat.StreamingQueryWrapper
+
   type CheckpointFileManager = flat.CheckpointFileManager
   val CheckpointFileManager: flat.CheckpointFileManager.type = flat.CheckpointFileManager
 }

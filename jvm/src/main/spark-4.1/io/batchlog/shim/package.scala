@@ -21,6 +21,10 @@ package object shim {
   type SinkFileStatus = sinks.SinkFileStatus
   val SinkFileStatus: sinks.SinkFileStatus.type = sinks.SinkFileStatus
 
+  type FileStreamSink = sinks.FileStreamSink
+
+  type StreamingQueryWrapper = runtime.StreamingQueryWrapper
+
   type CheckpointFileManager = checkpointing.CheckpointFileManager
   val CheckpointFileManager: checkpointing.CheckpointFileManager.type =
     checkpointing.CheckpointFileManager

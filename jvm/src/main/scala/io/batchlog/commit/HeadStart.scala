@@ -1,0 +1,80 @@
+package io.batchlog.commit
+
+import org.apache.hadoop.fs.Path
+
+import org.apache.spark.sql.SparkSession
+import io.batchlog.shim.CheckpointFileManager
+
+import io.batchlog.BatchLogException
+import io.batchlog.checkpoint.QueryCheckpoint
+import io.batchlog.log.{BatchTaggedFileStreamSinkLog, SinkRecord}
+
+/**
+ * Whether a query may start writing a sink, decided before its first batch.
+ *
+ * Spark's `FileStreamSink.addBatch(N)` returns without running a job, hence without calling the
+ * commit protocol, when N is at or below the latest batch in the sink's log. A second query (its
+ * own checkpoint) whose batch ids are all at or below the sink's latest ("a head start elsewhere")
+ * would therefore never reach [[WriterGuard]]: every one of its batches is skipped, it ends without
+ * an error, and none of its rows are in the sink. So the check is made when the query starts
+ * ([[HeadStartListener]]), from the sink's record and the query's checkpoint:
+ *   - the record names another query as the owner: refused, whatever the batch ids (the committer
+ *     would refuse its first batch past the sink's latest anyway, after the skipped ones);
+ *   - the record names no owner (none written yet: a log of plain Spark's sink, or one rebuilt by
+ *     `repair`) and the query's next batch is below the sink's latest: refused, since at least the
+ *     batches from there to the latest but one cannot be a replay of its own. A next batch equal to
+ *     the latest is allowed: it is the normal recovery of a query that crashed after its sink
+ *     logged batch N and before its checkpoint committed N (Spark re-runs N and the sink skips it);
+ *   - the owner is this query: allowed.
+ */
+object HeadStart {
+
+  /**
+   * Why the query `queryId` (checkpoint `checkpointRoot`) must not start writing the sink at
+   * `output`; None if it may (or `output` is not yet a sink).
+   */
+  def refusal(
+      spark: SparkSession,
+      output: String,
+      checkpointRoot: String,
+      queryId: String
+  ): Option[BatchLogException] = {
+    val meta =
+      try BatchTaggedFileStreamSinkLog.metadataPathOf(spark, output)
+      catch { case e: BatchLogException if e.code == BatchLogException.NotASink => return None }
+    val fm = CheckpointFileManager.create(meta, spark.sessionState.newHadoopConf())
+    val owner = SinkRecord.read(fm, meta).flatMap(_.owner)
+    if (owner.exists(_.queryId == queryId)) return None
+    val log = new BatchTaggedFileStreamSinkLog(spark, meta.toString)
+    val latest = log.getLatestBatchId().getOrElse(-1L)
+    val next = nextBatch(spark, checkpointRoot)
+    if (owner.isEmpty && next >= latest) None
+    else {
+      Some(
+        BatchLogException.sinkOwnedAtStart(
+          meta.getParent.toString,
+          queryId,
+          owner.map(o => (o.queryId, o.fromBatch)),
+          next,
+          latest
+        )
+      )
+    }
+  }
+
+  /**
+   * The batch the query of `checkpointRoot` runs next: the one after its last commit (0: none). Its
+   * `offsets/` may not exist yet when the query starts, so [[QueryCheckpoint]], which requires it,
+   * is not used.
+   */
+  def nextBatch(spark: SparkSession, checkpointRoot: String): Long = {
+    val root = new Path(checkpointRoot)
+    val fm = CheckpointFileManager.create(root, spark.sessionState.newHadoopConf())
+    val commits = new Path(root, QueryCheckpoint.CommitsDir)
+    if (!fm.exists(commits)) 0L
+    else {
+      fm.list(commits).map(_.getPath.getName).filter(_.matches("[0-9]+")).map(_.toLong)
+        .reduceOption((a: Long, b: Long) => math.max(a, b)).map(_ + 1).getOrElse(0L)
+    }
+  }
+}

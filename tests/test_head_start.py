@@ -1,0 +1,195 @@
+"""A second writer with a head start elsewhere (issue 22, part 4): query B writes the sink first;
+query A, with its own checkpoint, starts with batch ids all at or below B's latest. Spark's file
+sink would skip every one of A's batches without calling batchlog (A would end without an error,
+none of its rows in the sink); batchlog stops A as it starts, before its first batch.
+
+Real queries on real files; the sink is read back by plain Spark in a process without batchlog.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from pyspark.errors import StreamingQueryException
+from pyspark.sql import SparkSession
+from reliability_support import (
+    SINK_CONFS,
+    batchlog,
+    plain_read,
+    snapshot,
+    spark_session,
+    sql_conf,
+    write_input,
+)
+from support import QUERY_TIMEOUT_S, await_query, run_cli, wait_lease_released
+
+spark = spark_session  # the module's session fixture
+
+ROWS = 4  # rows per input file, ids k*1000+i: input file k is one batch
+RECORD = "batchlog-sink.json"
+SPARK_COMMITTER = "org.apache.spark.sql.execution.streaming.ManifestFileCommitProtocol"
+
+
+def ids_of(files: range) -> list[int]:
+    return sorted(k * 1000 + i for k in files for i in range(ROWS))
+
+
+def start(spark: SparkSession, inp: Path, out: Path, chk: Path):  # type: ignore[no-untyped-def]
+    """The file source -> parquet sink query (one input file per batch), started."""
+    return (
+        spark.readStream.schema("id LONG, part STRING, payload STRING")
+        .option("maxFilesPerTrigger", 1)
+        .json(str(inp))
+        .writeStream.format("parquet")
+        .partitionBy("part")
+        .option("checkpointLocation", str(chk))
+        .trigger(availableNow=True)
+        .start(str(out))
+    )
+
+
+def run(spark: SparkSession, inp: Path, out: Path, chk: Path, confs: dict[str, str]) -> None:
+    with sql_conf(spark, **confs):
+        await_query(start(spark, inp, out, chk), out)
+
+
+def query_id(chk: Path) -> str:
+    qid: str = json.loads((chk / "metadata").read_text())["id"]
+    return qid
+
+
+def log_names(d: Path) -> list[str]:
+    return sorted(n for n in os.listdir(d) if n.isdigit()) if d.exists() else []
+
+
+def refused_start(spark: SparkSession, inp: Path, out: Path, chk: Path) -> Exception:
+    """Starts A and awaits it through ``batchlog.await_termination``: the error it raises."""
+    with sql_conf(spark, **SINK_CONFS):
+        q = start(spark, inp, out, chk)
+        try:
+            with pytest.raises(batchlog.SinkOwnedByOtherQueryError) as e:
+                batchlog.await_termination(q, QUERY_TIMEOUT_S)
+        finally:
+            if q.isActive:
+                q.stop()
+    # pyspark's own error is its cause: awaitTermination() raises it
+    assert isinstance(e.value.__cause__, StreamingQueryException)
+    assert str(e.value) in str(e.value.__cause__)
+    assert q.exception() is not None and not q.isActive
+    return e.value
+
+
+def expected_message(a: str, out: Path, written_by: str, name: str, latest: int) -> str:
+    """A's error: the sink is ``written_by`` its writer, called ``name`` in the way out."""
+    sink = f"file:{out}"
+    return (
+        f"Query {a} cannot write to {sink}: {written_by}; each sink has one writer). "
+        "It was stopped as it started, before its batch 0: Spark's file sink skips every "
+        f"batch id already in the sink's log (its latest batch is {latest}), so this query's "
+        f"batches 0 to {latest} would have been dropped without an error. Give this query its "
+        f"own output path; or, if it is meant to replace {name}, stop that one and run "
+        f"`python -m batchlog takeover {sink} --checkpoint <this query's checkpoint> "
+        "--dry-run`, then without --dry-run. No batch ran: the sink and the checkpoint's "
+        "offsets and commits are unchanged."
+    )
+
+
+def owned_by(b: str) -> str:
+    return f"the sink is written by another query, query {b} (its batches from 0 on"
+
+
+def test_a_head_start_second_writer_is_stopped_before_it_skips_a_batch(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    in_b, chk_b, in_a, chk_a = (tmp_path / n for n in ("in-b", "chk-b", "in-a", "chk-a"))
+    write_input(in_b, 0, 3, ROWS)
+    run(spark, in_b, out, chk_b, SINK_CONFS)  # B: batches 0, 1, 2
+    b = query_id(chk_b)
+    before = snapshot(out)
+
+    write_input(in_a, 10, 2, ROWS)  # A: batches 0 and 1, both at or below B's latest
+    err = refused_start(spark, in_a, out, chk_a)
+    a = query_id(chk_a)
+    assert str(err) == expected_message(a, out, owned_by(b), f"query {b}", 2)
+
+    # nothing changed in the sink; plain Spark reads exactly B's rows
+    wait_lease_released(out)
+    assert snapshot(out) == before
+    assert plain_read(out)["ids"] == ids_of(range(3))
+    assert sorted(r[0] for r in spark.read.parquet(str(out)).select("id").collect()) == ids_of(
+        range(3)
+    )
+    record = json.loads((out / "_spark_metadata" / RECORD).read_text())
+    assert [(o["queryId"], o["fromBatch"]) for o in record["owners"]] == [(b, 0)]
+    # A ran no batch: no offsets, no commits in its checkpoint
+    assert log_names(chk_a / "offsets") == [] and log_names(chk_a / "commits") == []
+
+    # a restart of A is stopped the same way; B itself restarts and writes on
+    err = refused_start(spark, in_a, out, chk_a)
+    assert str(err) == expected_message(a, out, owned_by(b), f"query {b}", 2)
+    write_input(in_b, 3, 1, ROWS)
+    run(spark, in_b, out, chk_b, SINK_CONFS)
+    assert plain_read(out)["ids"] == ids_of(range(4))
+    assert log_names(chk_a / "offsets") == [] and log_names(chk_a / "commits") == []
+
+
+def test_a_head_start_writer_on_a_sink_without_an_owner_record_is_stopped(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """B is plain Spark's committer (no record); A, with batchlog, would skip its batches 0..2
+    and then claim the sink: it is stopped as it starts."""
+    out = tmp_path / "out"
+    in_b, chk_b, in_a, chk_a = (tmp_path / n for n in ("in-b", "chk-b", "in-a", "chk-a"))
+    write_input(in_b, 0, 3, ROWS)
+    run(spark, in_b, out, chk_b, {**SINK_CONFS, batchlog.COMMIT_PROTOCOL_KEY: SPARK_COMMITTER})
+    assert not (out / "_spark_metadata" / RECORD).exists()
+    before = snapshot(out)
+
+    write_input(in_a, 10, 2, ROWS)
+    err = refused_start(spark, in_a, out, chk_a)
+    owner = (
+        "the sink's log was written by another writer, which left no owner record (plain "
+        "Spark's file sink, or a log rebuilt by `repair`"
+    )
+    assert str(err) == expected_message(query_id(chk_a), out, owner, "that writer", 2)
+    assert snapshot(out) == before
+    assert plain_read(out)["ids"] == ids_of(range(3))
+    assert log_names(chk_a / "offsets") == [] and log_names(chk_a / "commits") == []
+
+
+def test_a_writer_without_batchlogs_committer_is_not_stopped_and_inspect_counts_its_skips(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Not caught at the start: A runs with plain Spark's committer (the check is for queries
+    committing through batchlog). Spark's sink skips A's batches 0 and 1 without an error; the
+    sink shows no trace of A, and ``inspect --checkpoint`` counts the skipped batches."""
+    out = tmp_path / "out"
+    in_b, chk_b, in_a, chk_a = (tmp_path / n for n in ("in-b", "chk-b", "in-a", "chk-a"))
+    write_input(in_b, 0, 3, ROWS)
+    run(spark, in_b, out, chk_b, SINK_CONFS)
+    before = snapshot(out)
+    write_input(in_a, 10, 2, ROWS)
+    run(spark, in_a, out, chk_a, {**SINK_CONFS, batchlog.COMMIT_PROTOCOL_KEY: SPARK_COMMITTER})
+    assert log_names(chk_a / "commits") == ["0", "1"]  # both batches "done", both skipped
+    assert snapshot(out) == before
+    assert plain_read(out)["ids"] == ids_of(range(3))
+    assert batchlog.verify(spark, str(out))["healthy"] is True  # no trace in the sink
+
+    h = batchlog.SinkLog(spark, str(out)).inspect(str(chk_a)).horizon
+    assert (h.owner, h.checkpoint_query_id) == (query_id(chk_b), query_id(chk_a))
+    assert (h.checkpoint_skipped_batches, h.checkpoint_skipped_first) == (2, 0)
+    assert h.checkpoint_skipped_last == 1
+    proc = run_cli("inspect", str(out), "--checkpoint", str(chk_a))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (
+        "WARNING         2 committed batches of the checkpoint (from 0 to 1) were skipped by "
+        "Spark's sink (their ids were already logged by another writer): their rows are not in "
+        "the sink"
+    ) in proc.stdout, proc.stdout
+    # the owner's checkpoint: nothing skipped, no such warning
+    h = batchlog.SinkLog(spark, str(out)).inspect(str(chk_b)).horizon
+    assert (h.checkpoint_skipped_batches, h.checkpoint_skipped_first) == (0, None)
