@@ -103,7 +103,7 @@ object Rewind {
     val foreign = mutable.ArrayBuffer.empty[ForeignEntry]
     log.foreachLiveEntryWhere(_.exists(_ >= toBatch)) { e =>
       val p = SparkPath.fromUrlString(e.path).toPath
-      boundary.foreignReason(p).foreach(r => foreign += ForeignEntry(e.path, e.size, e.batchId, r))
+      foreign ++= boundary.foreignEntry(e)
       dataFiles += DataFileToDelete(p, e.size, e.batchId.get, logged = true)
       logged += p.toUri.getPath
     }

@@ -6,7 +6,7 @@ import scala.collection.mutable
 
 import org.apache.hadoop.fs.{FileSystem, Path}
 
-import io.batchlog.log.DataFileNaming
+import io.batchlog.log.{DataFileNaming, SinkLogEntry}
 
 /**
  * The one place that decides whether a path is the sink's to act on: inside its output directory
@@ -68,6 +68,10 @@ final class SinkBoundary(fs: FileSystem, outputDir: Path) {
         )
       }
   }
+
+  /** `e` as a foreign entry if its file is not inside the output. */
+  def foreignEntry(e: SinkLogEntry): Option[ForeignEntry] =
+    foreignReason(Verify.entryPath(e)).map(ForeignEntry(e.path, e.size, e.batchId, _))
 
   private def isLink(p: Path): Boolean = Files.isSymbolicLink(Paths.get(p.toUri))
 }

@@ -54,9 +54,8 @@ object Vacuum {
     val foreign = mutable.ArrayBuffer.empty[ForeignEntry]
     val boundary = new SinkBoundary(fs, sink)
     log.foreachLiveEntry { e =>
-      val p = Verify.entryPath(e)
-      logged += Verify.key(p)
-      boundary.foreignReason(p).foreach(r => foreign += ForeignEntry(e.path, e.size, e.batchId, r))
+      logged += Verify.key(Verify.entryPath(e))
+      foreign ++= boundary.foreignEntry(e)
     }
     // A log naming files elsewhere does not describe this output: what looks unlogged here may be
     // a live file it names by another path (through a link), so nothing is judged orphaned.

@@ -173,8 +173,8 @@ object Verify {
         logErrors += s"${e.path} is logged with batch ${e.batchId.get}, after the latest " +
           s"batch $latest"
       }
-      boundary.foreignReason(p) match {
-        case Some(r) => foreign += ForeignEntry(e.path, e.size, e.batchId, r) // never looked at
+      boundary.foreignEntry(e) match {
+        case Some(f) => foreign += f // never looked at: not the sink's file
         case None if !fs.exists(p) => missing += e
         case None =>
           val actual = fs.getFileStatus(p).getLen
