@@ -50,14 +50,14 @@ class BitRotSuite extends CompactIndexTestBase {
   }
 
   /**
-   * Changes one character of the first line of batch `Damaged` in 8.compact; length, mtime kept.
+   * Changes one character of the first line of `batch` in `compact`; its length and mtime kept.
    */
-  private def rot(root: File, field: String): Unit = {
-    val f = metaFile(root, "8.compact")
+  private def rot(root: File, field: String, compact: Long = 8, batch: Long = Damaged): Unit = {
+    val f = metaFile(root, s"$compact.compact")
     val mtime = f.lastModified()
     val bytes = Files.readAllBytes(f.toPath)
     val text = new String(bytes, UTF_8)
-    val lineAt = text.indexOf(s""","batchId":$Damaged}""") // the end of its first line
+    val lineAt = text.indexOf(s""","batchId":$batch}""") // the end of its first line
     val lineStart = text.lastIndexOf('\n', lineAt) + 1
     val line = text.substring(lineStart, lineAt)
     val at = lineStart + (field match {
@@ -67,7 +67,7 @@ class BitRotSuite extends CompactIndexTestBase {
     val c = bytes(at).toChar
     assert(c.isDigit, s"$field at $at is '$c'")
     bytes(at) = (if (c == '9') '1' else c + 1).toByte
-    overwrite(root, "8.compact", bytes)
+    overwrite(root, s"$compact.compact", bytes)
     assert(f.setLastModified(mtime))
     assert(f.length() == bytes.length && f.lastModified() == mtime)
     assert(LogFormat.decode(new String(bytes, lineStart, lineAt - lineStart, UTF_8) + "}") != null)
@@ -160,6 +160,46 @@ class BitRotSuite extends CompactIndexTestBase {
           assert(cont.indexProblem(11).isEmpty)
         }
       }
+    }
+  }
+
+  test(
+    "an older compact file's bit rot (read by lookups through its index) is found and repaired"
+  ) {
+    withSink { (root, log, written) =>
+      val original = Files.readAllBytes(metaFile(root, "5.compact").toPath)
+      val run = proved(log, 5).runs.find(_.batchId.contains(3L)).get
+      rot(root, "size", compact = 5, batch = 3)
+      val api = BatchLog.forPath(spark, root.toString)
+      // files(3) is looked up in 5.compact, the first compaction at or after it: refused.
+      val bytes = s"bytes ${run.offset}..${run.offset + run.length}"
+      assert(intercepted(api.files(3)).getMessage.contains(
+        s"5.compact is damaged: the bytes of batch 3 ($bytes)"
+      ))
+      // verify sees it though 8.compact is the live one; so no refusal is a dead end.
+      val report = api.verify()
+      assert(!report.healthy && report.damagedRuns.map(d => (d.compactId, d.batchId)) ==
+        Seq((5L, Some(3L))))
+      val done = api.repair().execute()
+      assert(done.runsRestored.map(_.batchId) == Seq(3L) && !done.written)
+      assert(Files.readAllBytes(metaFile(root, "5.compact").toPath).sameElements(original))
+      assert(api.verify().healthy)
+      assert(api.files(3).toSeq.sorted == written(3).map(_.path).sorted)
+    }
+  }
+
+  test("a damaged run neither its batch file nor the data files give: the whole log is rebuilt") {
+    withSink { (root, log, written) =>
+      rot(root, "size")
+      assert(metaFile(root, Damaged.toString).delete())
+      val lost = new File(new java.net.URI(written(Damaged).last.path))
+      assert(lost.delete()) // 1 data file of batch 7 left for its 2 entries
+      val plan = BatchLog.forPath(spark, root.toString).repair().dryRun(true).execute()
+      assert(plan.needed && !plan.runsOnly && plan.runsRestored.isEmpty)
+      assert(plan.logProblems.contains(
+        s"${log.logFilePath(8)}: the 2 entries of damaged batch $Damaged are neither in its batch " +
+          s"file nor the data files named with batch $Damaged (1 found): the whole log is rebuilt"
+      ))
     }
   }
 }

@@ -118,7 +118,7 @@ trait CompactIndexReads extends Logging { self: BatchTaggedFileStreamSinkLog =>
   /** Why the on-disk index of compact file `compactId` is not used, or the damage to the file. */
   def indexProblem(compactId: Long): Option[String] = checkIndex(compactId).collect {
     case IndexCheck.Unused(why) => why
-    case IndexCheck.Damaged(index, runs) => damageError(compactId, runs).getMessage
+    case IndexCheck.Damaged(_, runs) => damageError(compactId, runs).getMessage
   }
 
   /**
@@ -130,7 +130,8 @@ trait CompactIndexReads extends Logging { self: BatchTaggedFileStreamSinkLog =>
     finally in.close()
   }
 
-  private def damageError(compactId: Long, runs: Seq[IndexRun]): BatchLogException = {
+  /** The `CORRUPT_LOG` error for `runs` of compact file `compactId` that do not match its index. */
+  def damageError(compactId: Long, runs: Seq[IndexRun]): BatchLogException = {
     val file = batchIdToPath(compactId)
     BatchLogException.damagedCompactFile(
       file.toString,

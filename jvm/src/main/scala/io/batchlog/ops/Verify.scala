@@ -92,14 +92,14 @@ object Verify {
         case Some(IndexCheck.Unused(why)) if live(id) =>
           problems += IndexProblem(indexFile.toString, id, why)
         case Some(IndexCheck.Damaged(_, runs)) =>
-          errors += log.indexProblem(id).getOrElse("")
+          errors += log.damageError(id, runs).getMessage
           damaged ++= runs.map { r =>
             DamagedRun(log.logFilePath(id).toString, id, r.batchId, r.offset, r.length, r.count)
           }
         case _ =>
       }
     }
-    IndexFindings(problems.toSeq, inMemory, damaged.toSeq, errors.filter(_.nonEmpty).toSeq)
+    IndexFindings(problems.toSeq, inMemory, damaged.toSeq, errors.toSeq)
   }
 
   /** The key under which a logged path and a listed data file compare equal. */
