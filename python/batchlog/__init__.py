@@ -19,7 +19,9 @@ from pyspark.sql import SparkSession
 
 from batchlog import _sql, reports
 from batchlog._jars import jar_path
+from batchlog._jvm import await_query, query_error
 from batchlog.errors import (
+    BatchesExpiredError,
     BatchLogError,
     BatchOutOfOrderError,
     BeyondHorizonError,
@@ -61,6 +63,7 @@ __all__ = [
     "EXTENSIONS_CLASS",
     "EXTENSIONS_KEY",
     "Action",
+    "BatchesExpiredError",
     "BatchLogError",
     "BatchOutOfOrderError",
     "BeyondHorizonError",
@@ -81,8 +84,10 @@ __all__ = [
     "WriterActiveError",
     "adopt",
     "adopt_action",
+    "await_query",
     "configure",
     "jar_path",
+    "query_error",
     "read",
     "repair",
     "repair_action",

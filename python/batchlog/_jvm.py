@@ -12,6 +12,7 @@ from typing import Any
 
 from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
+from pyspark.sql.streaming.query import StreamingQuery
 
 from batchlog.errors import BatchLogError, error_for_code
 
@@ -52,9 +53,60 @@ def jvm_errors() -> Iterator[None]:
 
 
 def _convert(e: Py4JJavaError) -> Exception:
-    t = e.java_exception
+    found = _batchlog_cause(e.java_exception)
+    return error_for_code(*found) if found else e
+
+
+def _batchlog_cause(t: Any) -> tuple[str, str] | None:
+    """The code and message of the first ``BatchLogException`` in JVM throwable ``t``'s causes."""
     while t is not None:
         if t.getClass().getName() == "io.batchlog.BatchLogException":
-            return error_for_code(str(t.code()), str(t.getMessage()))
+            return str(t.code()), str(t.getMessage())
         t = t.getCause()
-    return e
+    return None
+
+
+_QUERY_ERRORS: dict[tuple[type, type], type[BaseException]] = {}
+
+
+def query_error(e: BaseException) -> BaseException:
+    """A streaming query's failure ``e`` as the named batchlog error it carries.
+
+    A query stopped by a ``BatchLogException`` (e.g. a ``batchlog`` source whose upstream was
+    rewound) fails with pyspark's ``StreamingQueryException``, whose JVM cause chain holds the
+    batchlog error. The exception returned is of a class derived from both the batchlog class of
+    that code and ``type(e)`` (e.g. ``UpstreamRewoundError`` and ``StreamingQueryException``), with
+    ``e``'s state: code catching either still catches it. Any other exception is returned as is.
+    """
+    from pyspark.errors import StreamingQueryException
+
+    if not isinstance(e, StreamingQueryException) or isinstance(e, BatchLogError):
+        return e
+    found = _batchlog_cause(getattr(e, "_origin", None))
+    if found is None:
+        return e
+    named = type(error_for_code(*found))
+    key = (named, type(e))
+    if key not in _QUERY_ERRORS:
+        _QUERY_ERRORS[key] = type(named.__name__, key, {"__module__": named.__module__})
+    both = _QUERY_ERRORS[key]
+    converted: BaseException = both.__new__(both)
+    converted.__dict__.update(e.__dict__)
+    converted.args = e.args
+    return converted
+
+
+def await_query(query: StreamingQuery, timeout: int | None = None) -> bool | None:
+    """``query.awaitTermination(timeout)``, raising a failure as its named batchlog error.
+
+    See :func:`query_error`: an ``UPSTREAM_REWOUND`` failure is raised as an exception that is both
+    an ``UpstreamRewoundError`` and a ``StreamingQueryException``.
+    """
+    from pyspark.errors import StreamingQueryException
+
+    try:
+        if timeout is None:
+            return query.awaitTermination()
+        return query.awaitTermination(timeout)
+    except StreamingQueryException as e:
+        raise query_error(e) from None

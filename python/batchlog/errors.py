@@ -109,6 +109,12 @@ class UpstreamRewoundError(BatchLogError):
     code = "UPSTREAM_REWOUND"
 
 
+class BatchesExpiredError(BatchLogError):
+    """A ``batchlog`` source must read batches that its upstream sink's retention dropped."""
+
+    code = "BATCHES_EXPIRED"
+
+
 def _all_errors(cls: type[BatchLogError]) -> list[type[BatchLogError]]:
     return [c for sub in cls.__subclasses__() for c in (sub, *_all_errors(sub))]
 

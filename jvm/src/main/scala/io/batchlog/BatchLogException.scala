@@ -50,6 +50,7 @@ object BatchLogException {
   val BatchOutOfOrder = "BATCH_OUT_OF_ORDER"
   val UnsupportedSpark = "UNSUPPORTED_SPARK_VERSION"
   val UpstreamRewound = "UPSTREAM_REWOUND"
+  val BatchesExpired = "BATCHES_EXPIRED"
 
   /** Every error code; Python's `batchlog.errors` has one exception class per code (tested). */
   val Codes: Seq[String] = Seq(
@@ -68,7 +69,8 @@ object BatchLogException {
     SinkChangedWhileWriting,
     BatchOutOfOrder,
     UnsupportedSpark,
-    UpstreamRewound
+    UpstreamRewound,
+    BatchesExpired
   )
 
   def notASink(path: String): BatchLogException = new BatchLogException(
@@ -216,5 +218,22 @@ object BatchLogException {
         "rewound upstream batch (`python -m batchlog rewind <its sink> --checkpoint <its " +
         "checkpoint> --to-batch N`), or restart it from a new checkpoint with option " +
         "startingBatch set to the first upstream batch to read."
+    )
+
+  /**
+   * A downstream query must read upstream batches `from` to `to`, whose log entries the sink's
+   * retention dropped at a compaction: their files are gone from the sink as every reader sees it.
+   */
+  def batchesExpired(sink: String, from: Long, to: Long, retainedFrom: Long): BatchLogException =
+    new BatchLogException(
+      BatchesExpired,
+      s"This query must read batches ${if (from == to) s"$from" else s"$from to $to"} of the " +
+        s"sink $sink next, but the sink's retention dropped them from its log (" +
+        s"${BatchLogConf.RetentionBatchesKey}, ${BatchLogConf.RetentionAgeKey} or the sink's " +
+        s"retention option); the oldest batch it still holds is $retainedFrom. Reading on " +
+        "would silently skip their rows, so the query stops. Either restart it from a new " +
+        s"checkpoint with option startingBatch=$retainedFrom (the dropped rows are not read), " +
+        "or raise the upstream sink's retention so that a downstream lagging this far behind " +
+        "still finds its batches."
     )
 }
