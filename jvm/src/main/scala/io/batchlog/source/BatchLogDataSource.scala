@@ -134,7 +134,7 @@ class BatchLogDataSource
       providerName: String,
       parameters: Map[String, String]
   ): (String, StructType) = {
-    val (s, _) = streamSchema(sqlContext, schema, parameters)
+    val (s, _) = streamSchema(sqlContext, schema, parameters, inferenceRule = true)
     (shortName(), s)
   }
 
@@ -151,7 +151,8 @@ class BatchLogDataSource
       providerName: String,
       parameters: Map[String, String]
   ): Source = BatchLogException.unchanged {
-    val (s, format) = streamSchema(sqlContext, schema, parameters)
+    // the plan was analysed with sourceSchema, under the inference rule: not applied again here
+    val (s, format) = streamSchema(sqlContext, schema, parameters, inferenceRule = false)
     val opts = new SourceOptions.Parsed(parameters)
     val spark = sqlContext.sparkSession
     val sink = new SinkRelations.Sink(spark, opts.path)
@@ -178,7 +179,7 @@ class BatchLogDataSource
       logInfo(s"option startingBatch=$option is not used: this query's checkpoint started at " +
         s"upstream batch ${start.startingBatch} (${SourceStart.FileName} in $metadataPath)")
     }
-    new BatchLogSource(spark, sink, opts, s, start.format, start.startingBatch)
+    new BatchLogSource(spark, sink, opts, s, start.format, start.startingBatch, metadataPath)
   }
 
   /**
@@ -191,7 +192,8 @@ class BatchLogDataSource
   private def streamSchema(
       sqlContext: SQLContext,
       userSchema: Option[StructType],
-      parameters: Map[String, String]
+      parameters: Map[String, String],
+      inferenceRule: Boolean
   ): (StructType, String) = BatchLogException.unchanged {
     BuildInfo.requireMatchingSpark()
     val opts = new SourceOptions.Parsed(parameters)
@@ -212,7 +214,8 @@ class BatchLogDataSource
     val newest = sink.newestFiles(BatchRange.All)
     val user = userSchema.map(SinkRelations.withoutBatchId(_, opts))
     val (schema, format) = SinkRelations.schemaOf(sink, newest, opts, user)
-    if (user.isEmpty && !spark.sessionState.conf.streamingSchemaInference && format != "text") {
+    val inferenceOff = !spark.sessionState.conf.streamingSchemaInference
+    if (inferenceRule && user.isEmpty && inferenceOff && format != "text") {
       throw BatchLogException.invalidArgument(
         BatchLogConf.StreamingSchemaInferenceKey,
         "false",

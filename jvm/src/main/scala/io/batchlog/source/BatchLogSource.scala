@@ -2,6 +2,8 @@ package io.batchlog.source
 
 import java.util.Locale
 
+import org.apache.hadoop.fs.Path
+
 import org.apache.spark.internal.Logging
 import org.apache.spark.sql.{DataFrame, SparkSession}
 import org.apache.spark.sql.connector.read.streaming.{
@@ -14,7 +16,7 @@ import org.apache.spark.sql.execution.streaming.{Offset, Source}
 import org.apache.spark.sql.types.StructType
 
 import io.batchlog.BatchLogException
-import io.batchlog.checkpoint.BatchLogOffset
+import io.batchlog.checkpoint.{BatchLogOffset, QueryCheckpoint}
 import io.batchlog.log.SinkLogEntry
 import io.batchlog.ops.Horizon
 
@@ -32,6 +34,8 @@ import io.batchlog.ops.Horizon
  *
  * @param firstBatch
  *   the first upstream batch to read, fixed at the query's first start ([[SourceStart]])
+ * @param metadataPath
+ *   the source's directory in the query's checkpoint (`<checkpoint>/sources/<i>`)
  */
 final class BatchLogSource(
     spark: SparkSession,
@@ -39,7 +43,8 @@ final class BatchLogSource(
     opts: SourceOptions.Parsed,
     override val schema: StructType,
     format: String,
-    firstBatch: Long
+    firstBatch: Long,
+    metadataPath: String
 ) extends Source
     with SupportsAdmissionControl
     with SupportsTriggerAvailableNow
@@ -52,6 +57,17 @@ final class BatchLogSource(
 
   /** Set by `prepareForTriggerAvailableNow`: the last upstream batch this run reads. */
   @volatile private var availableNowEnd: Option[Long] = None
+
+  /**
+   * True if every batch the query planned is committed: a `getBatch` then is the call Spark makes
+   * at a restart for the last committed batch (so a V1 source can restore itself), whose rows are
+   * never read; so it does not fail for batches retention dropped since.
+   */
+  private def allPlannedCommitted(): Boolean =
+    scala.util.Try {
+      val cp = new QueryCheckpoint(spark, new Path(metadataPath).getParent.getParent.toString)
+      cp.offsetIds.lastOption.forall(o => cp.commitIds.lastOption.exists(_ >= o))
+    }.getOrElse(false)
 
   /** Fails unless batches `from` to `to`, which this query is to read, are above retention's. */
   private def requireRetained(from: Long, to: Long): Unit = {
@@ -157,8 +173,10 @@ final class BatchLogSource(
   override def getBatch(start: Option[Offset], end: Offset): DataFrame = {
     val to = BatchLogOffset.of(end)
     val from = start.map(BatchLogOffset.of).map(_.batchId + 1).getOrElse(firstBatch)
-    requireRetained(from, to.batchId)
-    val byBatch = entriesOf(from, to.batchId)
+    val retained = sink.retainedFrom()
+    val expired = from < retained && from <= to.batchId
+    if (expired && !allPlannedCommitted()) requireRetained(from, to.batchId)
+    val byBatch = entriesOf(if (expired) retained else from, to.batchId)
     // The batches must still be the ones the offset was planned with: it may come from a
     // checkpoint written before an upstream rewind, or the upstream may have been rewound since.
     requireIntact(to, byBatch)
