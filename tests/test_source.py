@@ -249,7 +249,9 @@ def test_upstream_rewind_stops_the_downstream_until_it_is_rewound_too(
         batchlog.await_query(q, 10)
     assert isinstance(raised.value, StreamingQueryException)
     assert "up to its batch 4, but that batch is gone" in str(raised.value)
-    assert isinstance(batchlog.query_error(q.exception()), batchlog.UpstreamRewoundError)
+    failure = batchlog.query_exception(q)
+    assert isinstance(failure, batchlog.UpstreamRewoundError)
+    assert isinstance(failure, StreamingQueryException)
 
     # the upstream query runs again: batches 3 and 4 are written anew (new files)
     (up / "in" / "events-003.json").write_text(

@@ -19,7 +19,7 @@ from pyspark.sql import SparkSession
 
 from batchlog import _sql, reports
 from batchlog._jars import jar_path
-from batchlog._jvm import await_query, query_error
+from batchlog._jvm import await_query, query_error, query_exception
 from batchlog.errors import (
     BatchesExpiredError,
     BatchLogError,
@@ -88,6 +88,7 @@ __all__ = [
     "configure",
     "jar_path",
     "query_error",
+    "query_exception",
     "read",
     "repair",
     "repair_action",

@@ -82,6 +82,8 @@ def query_error(e: BaseException) -> BaseException:
 
     if not isinstance(e, StreamingQueryException) or isinstance(e, BatchLogError):
         return e
+    # awaitTermination's exception holds the JVM throwable; query.exception()'s does not (use
+    # query_exception(query) instead)
     found = _batchlog_cause(getattr(e, "_origin", None))
     if found is None:
         return e
@@ -94,6 +96,23 @@ def query_error(e: BaseException) -> BaseException:
     converted.__dict__.update(e.__dict__)
     converted.args = e.args
     return converted
+
+
+def query_exception(query: StreamingQuery) -> BaseException | None:
+    """``query.exception()``, as the named batchlog error it carries (see :func:`query_error`).
+
+    pyspark's ``query.exception()`` keeps only the text of the JVM error's causes, so the error is
+    built here from the query's JVM exception (a Spark Connect query: its ``exception()``).
+    """
+    jsq = getattr(query, "_jsq", None)
+    if jsq is None:
+        return query.exception()
+    je = jsq.exception()
+    if not je.isDefined():
+        return None
+    from pyspark.errors.exceptions.captured import StreamingQueryException as Captured
+
+    return query_error(Captured(origin=je.get()))
 
 
 def await_query(query: StreamingQuery, timeout: int | None = None) -> bool | None:

@@ -156,19 +156,21 @@ class BatchLogDataSource
     val opts = new SourceOptions.Parsed(parameters)
     val spark = sqlContext.sparkSession
     val sink = new SinkRelations.Sink(spark, opts.path)
+    // the sink's columns are kept; the batchId column of withBatchId may come and go
+    val columns = SinkRelations.withoutBatchId(s, opts)
     val kept = SourceStart.read(spark, metadataPath)
     val start = kept.getOrElse {
       SourceStart.write(
         spark,
         metadataPath,
-        SourceStart(BatchLogSource.firstBatch(sink, opts), s, format)
+        SourceStart(BatchLogSource.firstBatch(sink, opts), columns, format)
       )
     }
-    if (schema.isEmpty && start.schema != s) {
+    if (schema.isEmpty && start.schema != columns) {
       throw BatchLogException.invalidArgument(
         "schema",
         "(inferred)",
-        s"the schema of ${sink.root} is now ${s.toDDL}, but this query's checkpoint " +
+        s"the schema of ${sink.root} is now ${columns.toDDL}, but this query's checkpoint " +
           s"(${new org.apache.hadoop.fs.Path(metadataPath).getParent.getParent}) started reading " +
           s"it with ${start.schema.toDDL}, which its rows and state were made with; give that " +
           s".schema(\"${start.schema.toDDL}\") to go on with it, or start the query from a new " +

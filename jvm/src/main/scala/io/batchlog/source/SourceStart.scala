@@ -19,9 +19,10 @@ import io.batchlog.shim.CheckpointFileManager
  * What a `batchlog` source fixes at its query's first start and keeps in the query's checkpoint, as
  * Kafka's source keeps its initial offsets: the first upstream batch to read (option
  * `startingBatch` resolved: `latest` is the batch after the sink's latest one at that start) and
- * the stream's schema and format. Every later start of the query reads them back, so a restart
- * (also one that re-runs a micro-batch planned before a crash) reads exactly the batches and
- * columns the first start chose, whatever the sink became meanwhile. A changed `startingBatch`
+ * the stream's schema (the sink's columns, without the `batchId` column of option `withBatchId`,
+ * which a restart may add or drop) and format. Every later start of the query reads them back, so a
+ * restart (also one that re-runs a micro-batch planned before a crash) reads exactly the batches
+ * and columns the first start chose, whatever the sink became meanwhile. A changed `startingBatch`
  * option is ignored on a restart, as Kafka ignores `startingOffsets` once its checkpoint has them.
  *
  * On disk: `<checkpoint>/sources/<i>/batchlog-source.json` (the directory Spark hands the source as
