@@ -173,7 +173,7 @@ class BatchLogDataSource
         s"the schema of ${sink.root} is now ${columns.toDDL}, but this query's checkpoint " +
           s"(${new org.apache.hadoop.fs.Path(metadataPath).getParent.getParent}) started reading " +
           s"it with ${start.schema.toDDL}, which its rows and state were made with; give that " +
-          s".schema(\"${start.schema.toDDL}\") to go on with it, or start the query from a new " +
+          s".schema(${BatchLogDataSource.quoted(start.schema.toDDL)}) to go on with it, or start the query from a new " +
           "checkpoint (with option startingBatch set to the first upstream batch to read)"
       )
     }
@@ -222,7 +222,7 @@ class BatchLogDataSource
         BatchLogConf.StreamingSchemaInferenceKey,
         "false",
         s"a stream of ${sink.root} needs its schema, as Spark's file sources do: give it, " +
-          s".schema(\"${schema.toDDL}\") (the sink's current one), or set " +
+          s".schema(${BatchLogDataSource.quoted(schema.toDDL)}) (the sink's current one), or set " +
           s"${BatchLogConf.StreamingSchemaInferenceKey}=true to infer it at the query's first " +
           "start (its checkpoint keeps it)"
       )
@@ -235,6 +235,9 @@ object BatchLogDataSource {
 
   /** The name of the data source: `format("batchlog")`, `USING batchlog`. */
   val Name = "batchlog"
+
+  /** `s` in double quotes (Scala 2.12 has no escaped quote inside an interpolated string). */
+  private def quoted(s: String): String = "\"" + s + "\""
 
   private def toScala(m: java.util.Map[String, String]): Map[String, String] = {
     val out = Map.newBuilder[String, String]
