@@ -164,6 +164,13 @@ def test_stream_schema_is_kept_for_the_life_of_the_checkpoint(
     q = downstream(spark, up / "out", down, schema=COLUMNS)
     assert q.exception() is None and ids(spark, down / "out") == batch_ids(range(3))
 
+    # a damaged record is refused, naming it and the way out
+    record = down / "chk" / "sources" / "0" / "batchlog-source.json"
+    record.write_text('{"version": 1, "startingBatch": ')
+    msg = str(downstream(spark, up / "out", down, schema=COLUMNS).exception())
+    assert f"its batchlog source record file:{record} is not JSON" in msg
+    assert "restore it from a backup, or start the query from a new checkpoint" in msg
+
 
 def test_a_sink_column_named_batch_id_is_kept_and_with_batch_id_refused(
     spark: SparkSession, tmp_path: Path
