@@ -120,13 +120,18 @@ def test_downstream_stream_over_connect(connect_spark: ConnectSession, tmp_path:
     drop_inputs(tmp_path / "in", {b: batch_rows(b, 3) for b in range(BATCHES)})
     run_upstream(connect_spark, tmp_path)
     stream = connect_spark.readStream.format("batchlog").option("maxBatchesPerTrigger", 2)
-    q = (
-        stream.load(str(tmp_path / "out"))
-        .writeStream.format("parquet")
-        .option("checkpointLocation", str(tmp_path / "down-chk"))
-        .trigger(availableNow=True)
-        .start(str(tmp_path / "down"))
-    )
+    # a stream infers its schema only where Spark's file sources would
+    connect_spark.conf.set("spark.sql.streaming.schemaInference", "true")
+    try:
+        q = (
+            stream.load(str(tmp_path / "out"))
+            .writeStream.format("parquet")
+            .option("checkpointLocation", str(tmp_path / "down-chk"))
+            .trigger(availableNow=True)
+            .start(str(tmp_path / "down"))
+        )
+    finally:
+        connect_spark.conf.unset("spark.sql.streaming.schemaInference")
     await_query(q, tmp_path / "down")
     assert q.exception() is None
     # two upstream batches a trigger: downstream batches 0, 1, 2

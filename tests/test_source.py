@@ -13,11 +13,14 @@ from typing import Any
 
 import pytest
 from conftest import COMPACT_INTERVAL_KEY, batch_rows, drop_inputs, run_stream
+from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from support import await_query, batchlog, session_conf, wait_until
 
 N = 6  # upstream batches of the shared sinks (compact interval 3: compacts 2 and 5)
+#: Streams infer their schema only where Spark's file sources do (a test below checks the rule).
+INFER = {"spark.sql.streaming.schemaInference": "true"}
 
 
 def ids(df: DataFrame, col: str = "id") -> list[int]:
@@ -164,14 +167,16 @@ def test_a_path_that_is_no_sink_is_refused(spark: SparkSession, tmp_path: Path) 
 def downstream(
     spark: SparkSession, upstream: Path, root: Path, **options: str
 ) -> tuple[list[dict[str, Any]], Any]:
-    """A downstream query: batchlog source over ``upstream`` -> parquet sink ``root/out``."""
-    stream = spark.readStream.format("batchlog").options(**options).load(str(upstream))
-    q = (
-        stream.writeStream.format("parquet")
-        .option("checkpointLocation", str(root / "chk"))
-        .trigger(availableNow=True)
-        .start(str(root / "out"))
-    )
+    """A downstream query: batchlog source over ``upstream`` -> parquet sink ``root/out``, its
+    schema inferred (and kept in its checkpoint at its first start)."""
+    with session_conf(spark, INFER):
+        stream = spark.readStream.format("batchlog").options(**options).load(str(upstream))
+        q = (
+            stream.writeStream.format("parquet")
+            .option("checkpointLocation", str(root / "chk"))
+            .trigger(availableNow=True)
+            .start(str(root / "out"))
+        )
     try:
         q.awaitTermination(300)
     except Exception:
@@ -239,6 +244,14 @@ def test_upstream_rewind_stops_the_downstream_until_it_is_rewound_too(
     err = str(q.exception())
     assert "UPSTREAM_REWOUND" in err or "up to its batch 4, but that batch is gone" in err
     assert "its latest batch is now 2" in err and "startingBatch" in err
+    # in Python the failure is both the named error and pyspark's StreamingQueryException
+    with pytest.raises(batchlog.UpstreamRewoundError) as raised:
+        batchlog.await_query(q, 10)
+    assert isinstance(raised.value, StreamingQueryException)
+    assert "up to its batch 4, but that batch is gone" in str(raised.value)
+    failure = batchlog.query_exception(q)
+    assert isinstance(failure, batchlog.UpstreamRewoundError)
+    assert isinstance(failure, StreamingQueryException)
 
     # the upstream query runs again: batches 3 and 4 are written anew (new files)
     (up / "in" / "events-003.json").write_text(
@@ -270,14 +283,15 @@ def test_a_running_downstream_stops_when_its_upstream_is_rewound(
 ) -> None:
     up, down = tmp_path / "up", tmp_path / "down"
     add_upstream_batches(spark, up, range(5))
-    q = (
-        spark.readStream.format("batchlog")
-        .load(str(up / "out"))
-        .writeStream.format("parquet")
-        .option("checkpointLocation", str(down / "chk"))
-        .trigger(processingTime="200 milliseconds")
-        .start(str(down / "out"))
-    )
+    with session_conf(spark, INFER):
+        q = (
+            spark.readStream.format("batchlog")
+            .load(str(up / "out"))
+            .writeStream.format("parquet")
+            .option("checkpointLocation", str(down / "chk"))
+            .trigger(processingTime="200 milliseconds")
+            .start(str(down / "out"))
+        )
     try:
         wait_until(
             lambda: batchlog.SinkLog(spark, str(down / "out")).latest_batch() is not None

@@ -16,11 +16,12 @@ or on an existing one (the jar must already be on the class path)::
 from __future__ import annotations
 
 from pyspark.sql import SparkSession
-from pyspark.sql.streaming.query import StreamingQuery
 
-from batchlog import _effective_conf, _jvm, _sql, reports
+from batchlog import _effective_conf, _sql, reports
 from batchlog._jars import jar_path
+from batchlog._jvm import await_query, query_error, query_exception
 from batchlog.errors import (
+    BatchesExpiredError,
     BatchLogError,
     BatchOutOfOrderError,
     BeyondHorizonError,
@@ -64,6 +65,7 @@ __all__ = [
     "EXTENSIONS_CLASS",
     "EXTENSIONS_KEY",
     "Action",
+    "BatchesExpiredError",
     "BatchLogError",
     "BatchOutOfOrderError",
     "BeyondHorizonError",
@@ -86,9 +88,11 @@ __all__ = [
     "WriterActiveError",
     "adopt",
     "adopt_action",
-    "await_termination",
+    "await_query",
     "configure",
     "jar_path",
+    "query_error",
+    "query_exception",
     "read",
     "repair",
     "repair_action",
@@ -141,12 +145,3 @@ def configure(builder: SparkSession.Builder) -> SparkSession.Builder:
         .config(COMMIT_PROTOCOL_KEY, COMMIT_PROTOCOL_CLASS)
         .config(EXTENSIONS_KEY, ",".join(extensions))
     )
-
-
-def await_termination(query: StreamingQuery, timeout: int | None = None) -> bool | None:
-    """``query.awaitTermination(timeout)``, raising the batchlog error that stopped the query as
-    its class (say :class:`SinkOwnedByOtherQueryError`) instead of pyspark's
-    ``StreamingQueryException`` (chained as its ``__cause__``); other errors as pyspark raises them.
-    """
-    with _jvm.jvm_errors():
-        return query.awaitTermination(timeout)

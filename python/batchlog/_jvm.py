@@ -13,6 +13,7 @@ from typing import Any
 from py4j.protocol import Py4JJavaError
 from pyspark.errors.exceptions.captured import CapturedException
 from pyspark.sql import SparkSession
+from pyspark.sql.streaming.query import StreamingQuery
 
 from batchlog.errors import BatchLogError, error_for_code
 
@@ -61,8 +62,79 @@ def jvm_errors() -> Iterator[None]:
 
 def _convert(t: Any, e: Exception) -> Exception:
     """The batchlog error among the causes of the JVM throwable ``t``, else ``e``."""
+    found = _batchlog_cause(t)
+    return error_for_code(*found) if found else e
+
+
+def _batchlog_cause(t: Any) -> tuple[str, str] | None:
+    """The code and message of the first ``BatchLogException`` in JVM throwable ``t``'s causes."""
     while t is not None:
         if t.getClass().getName() == "io.batchlog.BatchLogException":
-            return error_for_code(str(t.code()), str(t.getMessage()))
+            return str(t.code()), str(t.getMessage())
         t = t.getCause()
-    return e
+    return None
+
+
+_QUERY_ERRORS: dict[tuple[type, type], type[BaseException]] = {}
+
+
+def query_error(e: BaseException) -> BaseException:
+    """A streaming query's failure ``e`` as the named batchlog error it carries.
+
+    A query stopped by a ``BatchLogException`` (e.g. a ``batchlog`` source whose upstream was
+    rewound) fails with pyspark's ``StreamingQueryException``, whose JVM cause chain holds the
+    batchlog error. The exception returned is of a class derived from both the batchlog class of
+    that code and ``type(e)`` (e.g. ``UpstreamRewoundError`` and ``StreamingQueryException``), with
+    ``e``'s state: code catching either still catches it. Any other exception is returned as is.
+    """
+    from pyspark.errors import StreamingQueryException
+
+    if not isinstance(e, StreamingQueryException) or isinstance(e, BatchLogError):
+        return e
+    # awaitTermination's exception holds the JVM throwable; query.exception()'s does not (use
+    # query_exception(query) instead)
+    found = _batchlog_cause(getattr(e, "_origin", None))
+    if found is None:
+        return e
+    named = type(error_for_code(*found))
+    key = (named, type(e))
+    if key not in _QUERY_ERRORS:
+        _QUERY_ERRORS[key] = type(named.__name__, key, {"__module__": named.__module__})
+    both = _QUERY_ERRORS[key]
+    converted: BaseException = both.__new__(both)
+    converted.__dict__.update(e.__dict__)
+    converted.args = e.args
+    return converted
+
+
+def query_exception(query: StreamingQuery) -> BaseException | None:
+    """``query.exception()``, as the named batchlog error it carries (see :func:`query_error`).
+
+    pyspark's ``query.exception()`` keeps only the text of the JVM error's causes, so the error is
+    built here from the query's JVM exception (a Spark Connect query: its ``exception()``).
+    """
+    jsq = getattr(query, "_jsq", None)
+    if jsq is None:
+        return query.exception()
+    je = jsq.exception()
+    if not je.isDefined():
+        return None
+    from pyspark.errors.exceptions.captured import StreamingQueryException as Captured
+
+    return query_error(Captured(origin=je.get()))
+
+
+def await_query(query: StreamingQuery, timeout: int | None = None) -> bool | None:
+    """``query.awaitTermination(timeout)``, raising a failure as its named batchlog error.
+
+    See :func:`query_error`: an ``UPSTREAM_REWOUND`` failure is raised as an exception that is both
+    an ``UpstreamRewoundError`` and a ``StreamingQueryException``.
+    """
+    from pyspark.errors import StreamingQueryException
+
+    try:
+        if timeout is None:
+            return query.awaitTermination()
+        return query.awaitTermination(timeout)
+    except StreamingQueryException as e:
+        raise query_error(e) from None

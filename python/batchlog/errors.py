@@ -123,6 +123,12 @@ class CheckpointInOutputError(BatchLogError):
     code = "CHECKPOINT_IN_OUTPUT"
 
 
+class BatchesExpiredError(BatchLogError):
+    """A ``batchlog`` source must read batches that its upstream sink's retention dropped."""
+
+    code = "BATCHES_EXPIRED"
+
+
 def _all_errors(cls: type[BatchLogError]) -> list[type[BatchLogError]]:
     return [c for sub in cls.__subclasses__() for c in (sub, *_all_errors(sub))]
 

@@ -343,6 +343,8 @@ def main(workdir: Path, maven_repo: Path) -> None:
         as_of = spark.read.format("batchlog").option("asOfBatch", 2).load(str(out)).collect()
         assert sorted(r["id"] for r in as_of) == [t[0] for t in expected(range(3))]
         down_out, down_chk = workdir / "down-out", workdir / "down-chk"
+        # a stream infers its schema only where Spark's file sources would
+        spark.conf.set("spark.sql.streaming.schemaInference", "true")
         q = (
             spark.readStream.format("batchlog")
             .option("maxBatchesPerTrigger", 3)

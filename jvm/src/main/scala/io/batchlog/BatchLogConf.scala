@@ -28,6 +28,12 @@ object BatchLogConf {
   val MinBatchesToRetainKey: String = SQLConf.MIN_BATCHES_TO_RETAIN.key
 
   /**
+   * Spark's key that lets a streaming file read infer its schema; the `batchlog` source follows it
+   * as Spark's file sources do.
+   */
+  val StreamingSchemaInferenceKey: String = SQLConf.STREAMING_SCHEMA_INFERENCE.key
+
+  /**
    * Registers batchlog key `name` as a `SQLConf` entry (a string: batchlog parses it, see above)
    * and returns it. Once per JVM: a second class loader of the jar (a Spark Connect session's, say)
    * finds the entry registered and keeps it.

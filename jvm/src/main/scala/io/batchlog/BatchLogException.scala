@@ -52,6 +52,7 @@ object BatchLogException {
   val UpstreamRewound = "UPSTREAM_REWOUND"
   val ForeignPath = "FOREIGN_PATH"
   val CheckpointInOutput = "CHECKPOINT_IN_OUTPUT"
+  val BatchesExpired = "BATCHES_EXPIRED"
 
   /** Every error code; Python's `batchlog.errors` has one exception class per code (tested). */
   val Codes: Seq[String] = Seq(
@@ -72,7 +73,8 @@ object BatchLogException {
     UnsupportedSpark,
     UpstreamRewound,
     ForeignPath,
-    CheckpointInOutput
+    CheckpointInOutput,
+    BatchesExpired
   )
 
   def notASink(path: String): BatchLogException = new BatchLogException(
@@ -321,5 +323,22 @@ object BatchLogException {
         "the log does not list, and a checkpoint is not the sink's to clean, so it stops. Move " +
         "the checkpoint out of the output directory (stop its query, move the directory, restart " +
         "the query with the new checkpointLocation), then run it again."
+    )
+
+  /**
+   * A downstream query must read upstream batches `from` to `to`, whose log entries the sink's
+   * retention dropped at a compaction: their files are gone from the sink as every reader sees it.
+   */
+  def batchesExpired(sink: String, from: Long, to: Long, retainedFrom: Long): BatchLogException =
+    new BatchLogException(
+      BatchesExpired,
+      s"This query must read batches ${if (from == to) s"$from" else s"$from to $to"} of the " +
+        s"sink $sink next, but the sink's retention dropped them from its log (" +
+        s"${BatchLogConf.RetentionBatchesKey}, ${BatchLogConf.RetentionAgeKey} or the sink's " +
+        s"retention option); the oldest batch it still holds is $retainedFrom. Reading on " +
+        "would silently skip their rows, so the query stops. Either restart it from a new " +
+        s"checkpoint with option startingBatch=$retainedFrom (the dropped rows are not read), " +
+        "or raise the upstream sink's retention so that a downstream lagging this far behind " +
+        "still finds its batches."
     )
 }

@@ -145,6 +145,25 @@ class CompactIndexSuite extends CompactIndexTestBase {
     }
   }
 
+  test("the newest batch retention dropped is carried into later indexes: the watermark") {
+    withSQLConf(BatchLogConf.CompactIntervalKey -> "3") {
+      withTempDir { root =>
+        // Compaction 5 keeps batches >= 5 + 1 - 4 = 2 (drops 0 and 1); later compactions drop
+        // nothing (retention off), yet their indexes still tell readers batch 1 was dropped.
+        withSQLConf(BatchLogConf.RetentionBatchesKey -> "4")(buildSink(root, 6, _ => 1))
+        val log =
+          new BatchTaggedFileStreamSinkLog(spark, new File(root, "_spark_metadata").toString)
+        assert(proved(log, 5).droppedMaxBatch == 1)
+        (6 until 12).foreach(b => log.add(b, Array(entry(b, 0))))
+        Seq(8L, 11L).foreach { c =>
+          val index = proved(log, c)
+          assert(index.droppedEntries == 0 && index.droppedMaxBatch == 1, s"compact $c")
+        }
+        assert(log.allFiles().map(_.batchId.get).toSet == (2L to 11L).toSet)
+      }
+    }
+  }
+
   test("retention by age drops and hides entries older than the age") {
     withSQLConf(BatchLogConf.CompactIntervalKey -> "3", BatchLogConf.RetentionAgeKey -> "1h") {
       withTempDir { root =>

@@ -53,8 +53,10 @@ final case class IndexRun(batchId: Option[Long], offset: Long, length: Long, cou
  * An unproved index (or a legacy `v1` one, without checksums) is never used: readers rebuild the
  * index in memory by one scan of the compact file (reads never write), compaction copies only from
  * a proved or freshly scanned index, `verify` reports a damaged one and `repair` rewrites it. The
- * name is not a number, so Spark's log ignores the file. `dropped` records what retention removed
- * at this compaction (-1: nothing).
+ * name is not a number, so Spark's log ignores the file. `dropped` records what retention removed:
+ * the number of entries at this compaction, and the newest batch it dropped entries of at this or
+ * any earlier compaction (-1: none; carried from the previous compact file's proved index, so the
+ * latest index is the sink's retention watermark: batches above it lost nothing).
  */
 final case class CompactIndex(
     compactName: String,

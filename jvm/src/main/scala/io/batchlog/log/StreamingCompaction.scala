@@ -79,6 +79,7 @@ trait StreamingCompaction extends Logging { self: BatchTaggedFileStreamSinkLog =
       } finally w.abandon()
     }
     if (added) {
+      index.droppedMaxBatch = math.max(index.droppedMaxBatch, droppedBefore(batchId))
       val compactFile = batchIdToPath(batchId)
       statusOf(compactFile).foreach { st =>
         CompactIndex.write(
@@ -98,6 +99,21 @@ trait StreamingCompaction extends Logging { self: BatchTaggedFileStreamSinkLog =
       }
     }
     added
+  }
+
+  /**
+   * The newest batch retention dropped entries of at the compactions before `batchId`, as the
+   * previous compact file's proved index records it (-1: none, or no proved index). Carried into
+   * each new index, so the latest one tells readers below which batch entries may be gone (a
+   * downstream `batchlog` source fails there instead of reading the batches as empty).
+   */
+  private def droppedBefore(batchId: Long): Long = {
+    val prev = batchIdToPath(batchId - interval)
+    if (batchId - interval < 0) -1L
+    else
+      statusOf(prev)
+        .flatMap(st => CompactIndex.load(checkpointFileManager, CompactIndex.pathOf(prev), st))
+        .flatMap(_.toOption).map(_.droppedMaxBatch).getOrElse(-1L)
   }
 
   /**

@@ -14,7 +14,7 @@ import org.apache.spark.sql.sources.{
 import org.apache.spark.sql.types.StructType
 import org.apache.spark.sql.util.CaseInsensitiveStringMap
 
-import io.batchlog.{BatchLogException, BuildInfo}
+import io.batchlog.{BatchLogConf, BatchLogException, BuildInfo}
 import io.batchlog.sql.SqlErrors
 
 /**
@@ -45,7 +45,8 @@ class BatchLogDataSource
     with DataSourceRegister
     with RelationProvider
     with SchemaRelationProvider
-    with StreamSourceProvider {
+    with StreamSourceProvider
+    with org.apache.spark.internal.Logging {
 
   override def shortName(): String = BatchLogDataSource.Name
 
@@ -64,7 +65,7 @@ class BatchLogDataSource
             opts,
             None
           )
-        BatchLogDataSource.withBatchIdIfAsked(columns, opts)
+        SinkRelations.withBatchIdIfAsked(columns, opts, sink.root)
       }
     }
 
@@ -85,7 +86,11 @@ class BatchLogDataSource
     val range = opts.range
     val tableSchema =
       if (opts.flag(SourceOptions.Log)) new SinkRelations.LogRelation(sink, range).schema
-      else BatchLogDataSource.withBatchIdIfAsked(SinkRelations.withoutBatchId(schema), opts)
+      else SinkRelations.withBatchIdIfAsked(
+        SinkRelations.withoutBatchId(schema, opts),
+        opts,
+        sink.root
+      )
     new BatchLogTable(spark, options, tableSchema)
   }
 
@@ -118,7 +123,7 @@ class BatchLogDataSource
         range,
         entries,
         opts,
-        userSchema.map(SinkRelations.withoutBatchId)
+        userSchema.map(SinkRelations.withoutBatchId(_, opts))
       )
       SinkRelations.files(sink, entries, schema, format, opts, opts.flag(SourceOptions.WithBatchId))
     }
@@ -130,31 +135,68 @@ class BatchLogDataSource
       providerName: String,
       parameters: Map[String, String]
   ): (String, StructType) = {
-    val (s, _) = streamSchema(sqlContext, schema, parameters)
+    val (s, _) = streamSchema(sqlContext, schema, parameters, inferenceRule = true)
     (shortName(), s)
   }
 
+  /**
+   * The source of a query's start. Its first start fixes the first batch and the schema in the
+   * checkpoint ([[SourceStart]]); later starts read them back. The plan was analysed with
+   * [[sourceSchema]] (Spark asks it before it knows the checkpoint), so a schema the sink has
+   * changed to since the first start is refused here, naming the one kept and the way out.
+   */
   override def createSource(
       sqlContext: SQLContext,
       metadataPath: String,
       schema: Option[StructType],
       providerName: String,
       parameters: Map[String, String]
-  ): Source = {
-    val (s, format) = streamSchema(sqlContext, schema, parameters)
+  ): Source = BatchLogException.unchanged {
+    // the plan was analysed with sourceSchema, under the inference rule: not applied again here
+    val (s, format) = streamSchema(sqlContext, schema, parameters, inferenceRule = false)
     val opts = new SourceOptions.Parsed(parameters)
     val spark = sqlContext.sparkSession
-    new BatchLogSource(spark, new SinkRelations.Sink(spark, opts.path), opts, s, format)
+    val sink = new SinkRelations.Sink(spark, opts.path)
+    // the sink's columns are kept; the batchId column of withBatchId may come and go
+    val columns = SinkRelations.withoutBatchId(s, opts)
+    val kept = SourceStart.read(spark, metadataPath)
+    val start = kept.getOrElse {
+      SourceStart.write(
+        spark,
+        metadataPath,
+        SourceStart(BatchLogSource.firstBatch(sink, opts), columns, format)
+      )
+    }
+    if (schema.isEmpty && start.schema != columns) {
+      throw BatchLogException.invalidArgument(
+        "schema",
+        "(inferred)",
+        s"the schema of ${sink.root} is now ${columns.toDDL}, but this query's checkpoint " +
+          s"(${new org.apache.hadoop.fs.Path(metadataPath).getParent.getParent}) started reading " +
+          s"it with ${start.schema.toDDL}, which its rows and state were made with; give that " +
+          s".schema(${BatchLogDataSource.quoted(start.schema.toDDL)}) to go on with it, or start the query from a new " +
+          "checkpoint (with option startingBatch set to the first upstream batch to read)"
+      )
+    }
+    kept.flatMap(_ => opts.get(SourceOptions.StartingBatch)).foreach { option =>
+      logInfo(s"option startingBatch=$option is not used: this query's checkpoint started at " +
+        s"upstream batch ${start.startingBatch} (${SourceStart.FileName} in $metadataPath)")
+    }
+    new BatchLogSource(spark, sink, opts, s, start.format, start.startingBatch, metadataPath)
   }
 
   /**
    * The stream's schema: the user's, or the one of the latest batch that wrote files (the sink's
-   * current schema), read without loading the log; `batchId` last with `withBatchId`.
+   * current schema), read without loading the log; `batchId` last with `withBatchId`. As for
+   * Spark's file sources (`DataSource.sourceSchema`), a schema is inferred only where
+   * `spark.sql.streaming.schemaInference` is true, or the format is text (whose schema is fixed);
+   * else the user must give it.
    */
   private def streamSchema(
       sqlContext: SQLContext,
       userSchema: Option[StructType],
-      parameters: Map[String, String]
+      parameters: Map[String, String],
+      inferenceRule: Boolean
   ): (StructType, String) = BatchLogDataSource.refusing {
     BuildInfo.requireMatchingSpark()
     val opts = new SourceOptions.Parsed(parameters)
@@ -170,14 +212,23 @@ class BatchLogDataSource
         "it is an option of batch reads; a stream reads every batch from startingBatch on"
       )
     }
-    val sink = new SinkRelations.Sink(sqlContext.sparkSession, opts.path)
-    val (schema, format) = SinkRelations.schemaOf(
-      sink,
-      sink.newestFiles(BatchRange.All),
-      opts,
-      userSchema.map(SinkRelations.withoutBatchId)
-    )
-    (BatchLogDataSource.withBatchIdIfAsked(schema, opts), format)
+    val spark = sqlContext.sparkSession
+    val sink = new SinkRelations.Sink(spark, opts.path)
+    val newest = sink.newestFiles(BatchRange.All)
+    val user = userSchema.map(SinkRelations.withoutBatchId(_, opts))
+    val (schema, format) = SinkRelations.schemaOf(sink, newest, opts, user)
+    val inferenceOff = !spark.sessionState.conf.streamingSchemaInference
+    if (inferenceRule && user.isEmpty && inferenceOff && format != "text") {
+      throw BatchLogException.invalidArgument(
+        BatchLogConf.StreamingSchemaInferenceKey,
+        "false",
+        s"a stream of ${sink.root} needs its schema, as Spark's file sources do: give it, " +
+          s".schema(${BatchLogDataSource.quoted(schema.toDDL)}) (the sink's current one), or set " +
+          s"${BatchLogConf.StreamingSchemaInferenceKey}=true to infer it at the query's first " +
+          "start (its checkpoint keeps it)"
+      )
+    }
+    (SinkRelations.withBatchIdIfAsked(schema, opts, sink.root), format)
   }
 }
 
@@ -193,10 +244,8 @@ object BatchLogDataSource {
   /** The name of the data source: `format("batchlog")`, `USING batchlog`. */
   val Name = "batchlog"
 
-  /** The sink's columns, then `batchId` if the options ask for it. */
-  private def withBatchIdIfAsked(schema: StructType, opts: SourceOptions.Parsed): StructType =
-    if (!opts.flag(SourceOptions.WithBatchId)) schema
-    else schema.add(SourceOptions.BatchIdColumn, "long")
+  /** `s` in double quotes (Scala 2.12 has no escaped quote inside an interpolated string). */
+  private def quoted(s: String): String = "\"" + s + "\""
 
   private def toScala(m: java.util.Map[String, String]): Map[String, String] = {
     val out = Map.newBuilder[String, String]

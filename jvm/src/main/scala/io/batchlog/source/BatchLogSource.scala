@@ -2,6 +2,8 @@ package io.batchlog.source
 
 import java.util.Locale
 
+import org.apache.hadoop.fs.Path
+
 import org.apache.spark.internal.Logging
 import org.apache.spark.sql.{DataFrame, SparkSession}
 import org.apache.spark.sql.connector.read.streaming.{
@@ -14,7 +16,7 @@ import org.apache.spark.sql.execution.streaming.{Offset, Source}
 import org.apache.spark.sql.types.StructType
 
 import io.batchlog.BatchLogException
-import io.batchlog.checkpoint.BatchLogOffset
+import io.batchlog.checkpoint.{BatchLogOffset, QueryCheckpoint}
 import io.batchlog.log.SinkLogEntry
 import io.batchlog.ops.Horizon
 
@@ -27,47 +29,58 @@ import io.batchlog.ops.Horizon
  * `maxFilesPerTrigger`: at least one batch a trigger).
  *
  * An upstream rewound below what this query consumed fails the query, naming the batch and the way
- * out ([[BatchLogException.upstreamRewound]]).
+ * out ([[BatchLogException.upstreamRewound]]); so do batches it has still to read that the sink's
+ * retention dropped ([[BatchLogException.batchesExpired]]), instead of reading them as empty.
+ *
+ * @param firstBatch
+ *   the first upstream batch to read, fixed at the query's first start ([[SourceStart]])
+ * @param metadataPath
+ *   the source's directory in the query's checkpoint (`<checkpoint>/sources/<i>`)
  */
 final class BatchLogSource(
     spark: SparkSession,
     sink: SinkRelations.Sink,
     opts: SourceOptions.Parsed,
     override val schema: StructType,
-    format: String
+    format: String,
+    firstBatch: Long,
+    metadataPath: String
 ) extends Source
     with SupportsAdmissionControl
     with SupportsTriggerAvailableNow
     with Logging {
 
   private val withBatchId = opts.flag(SourceOptions.WithBatchId)
-  private val sinkSchema = SinkRelations.withoutBatchId(schema)
+  private val sinkSchema = SinkRelations.withoutBatchId(schema, opts)
   private val maxBatches = opts.long(SourceOptions.MaxBatchesPerTrigger, 1)
   private val maxFiles = opts.long(SourceOptions.MaxFilesPerTrigger, 1)
 
-  /** The first batch to emit when the checkpoint has no offset yet; resolved at first use. */
-  private lazy val firstBatch: Long = {
-    val latest = sink.log.getLatestBatchId().getOrElse(-1L)
-    val first = opts.get(SourceOptions.StartingBatch).map(_.trim.toLowerCase(Locale.ROOT)) match {
-      case None | Some("earliest") => 0L
-      case Some("latest") => latest + 1
-      case Some(_) => opts.long(SourceOptions.StartingBatch, 0).get
-    }
-    val horizon = Horizon.ofSink(sink.log)
-    if (first < horizon) {
-      throw BatchLogException.invalidArgument(
-        SourceOptions.StartingBatch,
-        opts.get(SourceOptions.StartingBatch).getOrElse("earliest"),
-        s"batches of ${sink.root} below $horizon have files with no provable batch (written by " +
-          s"plain Spark): start at $horizon or later (option startingBatch), or run " +
-          s"`python -m batchlog adopt ${sink.root}` first"
-      )
-    }
-    first
-  }
-
   /** Set by `prepareForTriggerAvailableNow`: the last upstream batch this run reads. */
   @volatile private var availableNowEnd: Option[Long] = None
+
+  /**
+   * True if every batch the query planned is committed: a `getBatch` then is the call Spark makes
+   * at a restart for the last committed batch (so a V1 source can restore itself), whose rows are
+   * never read; so it does not fail for batches retention dropped since.
+   */
+  private def allPlannedCommitted(): Boolean =
+    scala.util.Try {
+      val cp = new QueryCheckpoint(spark, new Path(metadataPath).getParent.getParent.toString)
+      cp.offsetIds.lastOption.forall(o => cp.commitIds.lastOption.exists(_ >= o))
+    }.getOrElse(false)
+
+  /** Fails unless batches `from` to `to`, which this query is to read, are above retention's. */
+  private def requireRetained(from: Long, to: Long): Unit = {
+    val retained = sink.retainedFrom()
+    if (from < retained && from <= to) {
+      throw BatchLogException.batchesExpired(
+        sink.root.toString,
+        from,
+        math.min(to, retained - 1),
+        retained
+      )
+    }
+  }
 
   /**
    * The live entries of batches `from` to `to` (inclusive), by batch, read from the log now: one
@@ -115,12 +128,15 @@ final class BatchLogSource(
   private def requireIntact(o: BatchLogOffset, known: Map[Long, Seq[SinkLogEntry]]): Unit =
     if (o.batchId >= 0) {
       val latest = sink.log.getLatestBatchId().getOrElse(-1L)
-      val lo = math.max(o.filesBatch, 0L)
+      // batches below the retention watermark were dropped after this query read them: what
+      // is left above it is checked
+      val retained = sink.retainedFrom()
+      val lo = math.max(math.max(o.filesBatch, 0L), retained)
       val now = if (o.batchId > latest) None else Some(known ++ entriesOf(lo, o.batchId))
       val intact = now.exists { byBatch =>
-        val f = if (o.filesBatch < 0) Nil else byBatch(o.filesBatch)
-        fingerprintOf(f) == o.fingerprint &&
-        (o.filesBatch + 1 to o.batchId).forall(b => byBatch(b).isEmpty)
+        val f = if (o.filesBatch < 0) Nil else byBatch.getOrElse(o.filesBatch, Nil)
+        (o.filesBatch < retained || fingerprintOf(f) == o.fingerprint) &&
+        (lo to o.batchId).forall(b => b == o.filesBatch || byBatch(b).isEmpty)
       }
       if (!intact) throw BatchLogException.upstreamRewound(sink.root.toString, o.batchId, latest)
     }
@@ -137,6 +153,7 @@ final class BatchLogSource(
     val from = start.map(_.batchId + 1).getOrElse(firstBatch)
     val until = math.min(latest, availableNowEnd.getOrElse(Long.MaxValue))
     if (from > until) return startOffset
+    requireRetained(from, until)
     var end = maxBatches.fold(until)(n => math.min(until, from + n - 1))
     val byBatch = entriesOf(from, end)
     maxFiles.foreach { limitFiles =>
@@ -156,7 +173,10 @@ final class BatchLogSource(
   override def getBatch(start: Option[Offset], end: Offset): DataFrame = {
     val to = BatchLogOffset.of(end)
     val from = start.map(BatchLogOffset.of).map(_.batchId + 1).getOrElse(firstBatch)
-    val byBatch = entriesOf(from, to.batchId)
+    val retained = sink.retainedFrom()
+    val expired = from < retained && from <= to.batchId
+    if (expired && !allPlannedCommitted()) requireRetained(from, to.batchId)
+    val byBatch = entriesOf(if (expired) retained else from, to.batchId)
     // The batches must still be the ones the offset was planned with: it may come from a
     // checkpoint written before an upstream rewind, or the upstream may have been rewound since.
     requireIntact(to, byBatch)
@@ -169,4 +189,33 @@ final class BatchLogSource(
   override def stop(): Unit = ()
 
   override def toString: String = s"batchlog[${sink.root}]"
+}
+
+object BatchLogSource {
+
+  /**
+   * The first upstream batch a new query reads, from option `startingBatch`: `earliest` (the
+   * default) is the oldest batch the sink still holds (0, or the first above what its retention
+   * dropped), `latest` the batch after the sink's latest one now, a number that batch. Resolved
+   * once, at the query's first start ([[SourceStart]] keeps it).
+   */
+  def firstBatch(sink: SinkRelations.Sink, opts: SourceOptions.Parsed): Long = {
+    val option = opts.get(SourceOptions.StartingBatch).map(_.trim.toLowerCase(Locale.ROOT))
+    val first = option match {
+      case None | Some("earliest") => sink.retainedFrom()
+      case Some("latest") => sink.log.getLatestBatchId().getOrElse(-1L) + 1
+      case Some(_) => opts.long(SourceOptions.StartingBatch, 0).get
+    }
+    val horizon = Horizon.ofSink(sink.log)
+    if (first < horizon) {
+      throw BatchLogException.invalidArgument(
+        SourceOptions.StartingBatch,
+        opts.get(SourceOptions.StartingBatch).getOrElse("earliest"),
+        s"batches of ${sink.root} below $horizon have files with no provable batch (written by " +
+          s"plain Spark): start at $horizon or later (option startingBatch), or run " +
+          s"`python -m batchlog adopt ${sink.root}` first"
+      )
+    }
+    first
+  }
 }

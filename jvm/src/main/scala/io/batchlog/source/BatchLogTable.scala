@@ -59,7 +59,7 @@ final class BatchLogTable(
       } else {
         val entries = sink.entries(opts.range, opts.rangeKey)
         val format = SinkRelations.formatOf(sink, entries, opts)
-        val columns = SinkRelations.withoutBatchId(tableSchema)
+        val columns = SinkRelations.withoutBatchId(tableSchema, opts)
         val index = new SinkFileIndex(
           spark,
           sink.root,

@@ -51,6 +51,15 @@ object SinkRelations {
       out.toSeq
     }
 
+    /**
+     * The oldest batch whose log entries the sink's retention has not dropped: one above the newest
+     * batch it dropped entries of, as the latest compact file's index records it (carried from
+     * compaction to compaction); 0 if it dropped none (or the index, rebuilt, does not tell).
+     */
+    def retainedFrom(): Long =
+      log.liveLogBatchIds().headOption.filter(log.isCompactFile)
+        .map(c => log.indexOf(c).droppedMaxBatch + 1).getOrElse(0L)
+
     /** Some live file of the sink (to read a schema and format from), if it has any. */
     def sampleEntry(): Option[SinkLogEntry] = log.firstLiveEntry()
 
@@ -183,9 +192,38 @@ object SinkRelations {
     )(sink.spark)
   }
 
-  /** The user's schema without the `batchId` column the source adds itself. */
-  def withoutBatchId(schema: StructType): StructType =
-    StructType(schema.fields.filterNot(_.name == SourceOptions.BatchIdColumn))
+  /**
+   * The sink's columns of a schema: without the `batchId` column the source adds itself with
+   * `withBatchId` (any case: Spark resolves columns case-insensitively); without that option every
+   * column is the sink's, `batchId` too.
+   */
+  def withoutBatchId(schema: StructType, opts: SourceOptions.Parsed): StructType =
+    if (!opts.flag(SourceOptions.WithBatchId)) schema
+    else StructType(schema.fields.filterNot(_.name.equalsIgnoreCase(SourceOptions.BatchIdColumn)))
+
+  /**
+   * The sink's columns, then `batchId` if the options ask for it. A sink column of that name (any
+   * case: a data or partition column) would be hidden by it, so it is refused, naming the way out.
+   */
+  def withBatchIdIfAsked(
+      sinkColumns: StructType,
+      opts: SourceOptions.Parsed,
+      root: Path
+  ): StructType =
+    if (!opts.flag(SourceOptions.WithBatchId)) sinkColumns
+    else {
+      sinkColumns.fields.find(_.name.equalsIgnoreCase(SourceOptions.BatchIdColumn)).foreach { f =>
+        throw BatchLogException.invalidArgument(
+          SourceOptions.WithBatchId,
+          "true",
+          s"the rows of $root have a column named '${f.name}', which the ${SourceOptions.BatchIdColumn} " +
+            s"column this option adds would hide; read without ${SourceOptions.WithBatchId} (the " +
+            "log as a table, option log=true, tells each file's batch), or rename the column " +
+            "upstream"
+        )
+      }
+      sinkColumns.add(SourceOptions.BatchIdColumn, "long")
+    }
 
   private def fileName(e: SinkLogEntry): String = e.path.substring(e.path.lastIndexOf('/') + 1)
 

@@ -17,11 +17,12 @@ import io.batchlog.BatchLogException
  *
  * Batch reads: `batches` (`"41-45"`, `"41"`, `"41-"`, `"-45"`; inclusive) or `asOfBatch` (`"40"`:
  * the sink as it was after batch 40 committed, i.e. `"-40"`); `withBatchId` adds a `batchId` column
- * (a partition column: filters on it prune files); `log` reads the log itself, one row per live
- * entry. Streaming reads: `startingBatch` (`earliest`, `latest` or a batch id), and
- * `maxBatchesPerTrigger` / `maxFilesPerTrigger` (whole upstream batches are admitted until the next
- * would pass the limit; at least one per trigger). `format` overrides the format read from the data
- * files' names.
+ * (a partition column: filters on it prune files; a sink column of that name, any case, is refused,
+ * not hidden); `log` reads the log itself, one row per live entry. Streaming reads: `startingBatch`
+ * (`earliest`, `latest` or a batch id; resolved at the query's first start and kept in its
+ * checkpoint, [[SourceStart]]), and `maxBatchesPerTrigger` / `maxFilesPerTrigger` (whole upstream
+ * batches are admitted until the next would pass the limit; at least one per trigger). `format`
+ * overrides the format read from the data files' names.
  */
 object SourceOptions {
 
