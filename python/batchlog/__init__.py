@@ -36,6 +36,7 @@ from batchlog.errors import (
     UnsupportedCheckpointError,
     UnsupportedSparkVersionError,
     UpstreamRewoundError,
+    WriterLeaseLostError,
     WriterActiveError,
 )
 from batchlog.ops import (
@@ -78,6 +79,7 @@ __all__ = [
     "UnsupportedCheckpointError",
     "UnsupportedSparkVersionError",
     "UpstreamRewoundError",
+    "WriterLeaseLostError",
     "WriterActiveError",
     "adopt",
     "adopt_action",

@@ -288,7 +288,8 @@ object Repair {
           WriterFence.refuseLiveWriter(
             CheckpointFileManager.create(p.metadataPath, hadoopConf),
             p.metadataPath,
-            force
+            force,
+            BatchLogConf.fenceWaitMs(spark)
           )
         }
       }

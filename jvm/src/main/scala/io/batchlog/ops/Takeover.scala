@@ -3,7 +3,7 @@ package io.batchlog.ops
 import org.apache.spark.sql.SparkSession
 import io.batchlog.shim.CheckpointFileManager
 
-import io.batchlog.BatchLogException
+import io.batchlog.{BatchLogConf, BatchLogException}
 import io.batchlog.checkpoint.QueryCheckpoint
 import io.batchlog.log.{BatchTaggedFileStreamSinkLog, SinkOwner, SinkRecord}
 
@@ -55,7 +55,7 @@ object Takeover {
     BatchLogException.unchanged {
       val meta = BatchTaggedFileStreamSinkLog.metadataPathOf(spark, sinkPath)
       val fm = CheckpointFileManager.create(meta, spark.sessionState.newHadoopConf())
-      WriterFence.refuseLiveWriter(fm, meta, force)
+      WriterFence.refuseLiveWriter(fm, meta, force, BatchLogConf.fenceWaitMs(spark))
       val cp = new QueryCheckpoint(spark, checkpointPath)
       val log = new BatchTaggedFileStreamSinkLog(spark, meta.toString)
       Plan(
