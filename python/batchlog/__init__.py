@@ -36,8 +36,8 @@ from batchlog.errors import (
     UnsupportedCheckpointError,
     UnsupportedSparkVersionError,
     UpstreamRewoundError,
-    WriterLeaseLostError,
     WriterActiveError,
+    WriterLeaseLostError,
 )
 from batchlog.ops import (
     Action,
