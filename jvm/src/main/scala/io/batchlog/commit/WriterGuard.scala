@@ -33,19 +33,24 @@ import io.batchlog.log.{
  *     would otherwise each skip the other's batch ids (Spark's sink skips every id already logged);
  *   - the record's `epoch` must be the one this run started with;
  *   - the run takes the [[WriterLease]] (once) and a daemon thread refreshes it every quarter of
- *     its timeout until the query's thread ends, then removes it.
+ *     its timeout until the query's thread ends, then removes it. A record change (the claim of a
+ *     new sink, the interval) is a compare-and-set ([[SinkRecord.compareAndSet]]): a concurrent
+ *     epoch bump wins and this run stops.
  *
  * Before each batch is logged ([[beforeCommit]]) the record is read again, and that is all a batch
  * costs after the first (one request on an object store while the record is unchanged:
  * [[io.batchlog.log.JsonRecordFile#Watched]]). A rewind or takeover bumps the epoch *after* it
- * found no live lease, and before it changes anything; the writer re-reads it *after* taking its
+ * saw no live lease, and before it changes anything; the writer re-reads it *after* taking its
  * lease: so either the rewind sees the lease and refuses, or the writer sees the new epoch and
- * fails before committing; never both succeed. A writer that wakes up between a rewind's check of
- * its lease and the epoch bump (its lease expired: stalled, or declared dead with `force`) may
- * commit that one batch; the rewind then finds the sink's latest batch moved and stops before it
- * changed anything ([[io.batchlog.ops.Rewind]]), and the writer stops at its next batch. A writer
- * that passed its last check just before a forced rewind cut the log is caught by the log itself,
- * which accepts only the next batch id ([[BatchTaggedFileStreamSinkLog.add]]).
+ * fails before committing.
+ *
+ * Liveness never compares two hosts' clocks. The writer fences itself on its own monotonic clock
+ * ([[requireLease]], before each batch, each commit and right before its log file is published):
+ * once its last successful refresh is older than the timeout minus one refresh interval, or a
+ * refresh failed, it stops (`WRITER_LEASE_LOST`); an observer calls the lease dead only after
+ * watching it unchanged for the whole timeout ([[io.batchlog.log.LeaseWatch]]), by then this writer
+ * has stopped. A writer already past its checks when a rewind bumps the epoch loses to the rewind's
+ * create-once claim of the next log id ([[BatchTaggedFileStreamSinkLog.claimNext]]).
  */
 final class WriterGuard private (
     log: BatchTaggedFileStreamSinkLog,
