@@ -39,10 +39,10 @@ import io.batchlog.log.{
  *
  * Before each batch is logged ([[beforeCommit]]) the record is read again, and that is all a batch
  * costs after the first (one request on an object store while the record is unchanged:
- * [[io.batchlog.log.JsonRecordFile#Watched]]). A rewind or takeover bumps the epoch *after* it
- * saw no live lease, and before it changes anything; the writer re-reads it *after* taking its
- * lease: so either the rewind sees the lease and refuses, or the writer sees the new epoch and
- * fails before committing.
+ * [[io.batchlog.log.JsonRecordFile#Watched]]). A rewind or takeover bumps the epoch *after* it saw
+ * no live lease, and before it changes anything; the writer re-reads it *after* taking its lease:
+ * so either the rewind sees the lease and refuses, or the writer sees the new epoch and fails
+ * before committing.
  *
  * Liveness never compares two hosts' clocks. The writer fences itself on its own monotonic clock
  * ([[requireLease]], before each batch, each commit and right before its log file is published):
