@@ -309,11 +309,10 @@ object Rewind {
     step("sink-log") {
       val src = plan.sinkLog.rebuildFrom.getOrElse(-1L)
       val log = new BatchTaggedFileStreamSinkLog(spark, plan.metadataPath.toString)
-      // the claimed id goes too, first (newest first: a crash leaves a log readers can follow)
-      val claimed = plan.sinkLatest + 1
-      val cut =
-        if (plan.isNoop || plan.sinkLog.delete.contains(claimed)) plan.sinkLog
-        else plan.sinkLog.copy(delete = claimed +: plan.sinkLog.delete)
+      // The planned cut, on the log files present now: the claimed id goes too, and anything a
+      // writer published above the target since the plan (newest first, as planned).
+      val t = plan.sinkLog
+      val cut = LogTruncation.plan(sinkFm, plan.metadataPath, t.keepUpTo, t.interval)
       LogTruncation.apply(sinkFm, cut)(line => log.batchOf(LogFormat.decode(line), src))
     }
     // State, commits and offsets are listed again now that the writer is fenced: files a stalled
