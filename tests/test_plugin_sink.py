@@ -197,6 +197,7 @@ def test_sink_log_api(spark: SparkSession, sinks: dict[str, Sink], fmt: str) -> 
             owner_since=0,
             checkpoint_query_id=None,
         ),
+        log_publish="hard link of a temp file (local disk)",
     )
 
 
