@@ -40,7 +40,7 @@ APPS = Path(__file__).resolve().parent / "apps"
 PYTHON = sys.executable
 LOG_NAME = re.compile(r"^(\d+)(\.compact)?$")
 INDEX_NAME = re.compile(r"^(\d+\.compact)\.index$")
-RECORD_NAME = re.compile(r"^batchlog-[a-z]+\.json$")
+RECORD_NAME = re.compile(r"^batchlog-[a-z]+(\.[0-9]+)?\.json$")  # a record, a version claim
 TAGGED = re.compile(
     r"part-\d+-batch-(\d+)-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 )

@@ -200,6 +200,7 @@ def test_sink_log_api(spark: SparkSession, sinks: dict[str, Sink], fmt: str) -> 
             checkpoint_skipped_first=None,
             checkpoint_skipped_last=None,
         ),
+        log_publish="hard link of a temp file (local disk)",
     )
 
 

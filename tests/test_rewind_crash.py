@@ -139,8 +139,12 @@ def test_crash_mid_rewind_refuses_writes_then_resumes(
     assert f"being rewound to batch {CRASH_TO}" in str(e.value)
     assert rs.snapshot(sink.out, sink.ck) == before
 
-    # (a) the query, given new input so it has a batch to write, fails on the half-rewound sink
+    # (a) the query, given new input so it has batches to write, fails on the half-rewound sink.
+    # After the step 'fence' the rewind holds its claim of the sink's next log id (so a writer
+    # already past its checks cannot publish it): Spark's sink skips that batch id (its input
+    # is read again once the rewind is finished), and the query fails at the next one.
     rs.write_input(sink.inbox, N_BATCHES, rs.id_rows(N_BATCHES))
+    rs.write_input(sink.inbox, N_BATCHES + 1, rs.id_rows(N_BATCHES + 1))
     with pytest.raises(StreamingQueryException) as qe:
         rs.run_ids_query(spark, sink.inbox, sink.out, sink.ck, mult=2)
     assert "being rewound" in str(qe.value), str(qe.value)[:3000]
@@ -150,7 +154,7 @@ def test_crash_mid_rewind_refuses_writes_then_resumes(
     assert report["plan"]["resuming"] is True
     assert not (sink.meta / "batchlog-rewind.json").exists()
     rs.run_ids_query(spark, sink.inbox, sink.out, sink.ck, mult=2)
-    assert_sink_exact(spark, sink, CRASH_TO, N_BATCHES)
+    assert_sink_exact(spark, sink, CRASH_TO, N_BATCHES + 1)
 
 
 def test_crash_resumed_by_the_cli(spark: SparkSession, sink: rs.IdsSink, testkit_jar: str) -> None:

@@ -219,3 +219,56 @@ def test_a_log_file_is_written_once_on_the_store(spark: SparkSession, store: str
     assert fs.names(f"{store}/out/_spark_metadata") == ["5"]  # no temp file left
     text = jvm.org.apache.commons.io.IOUtils.toString(five.getFileSystem(conf).open(five), "UTF-8")
     assert text == "v1\nfirst"
+
+
+def test_conditional_create_is_proved_once_per_bucket(
+    spark: SparkSession,
+    s3: str,  # noqa: F811  (the fixture)
+    tmp_path: Path,
+) -> None:
+    """S3A declares conditional creates whenever it can send ``If-None-Match``; a store that takes
+    the header and ignores it would let a second writer's log file replace the first's. batchlog
+    proves the capability once per bucket (a second conditional create of a probe object must be
+    refused) and otherwise publishes log files through the manager, as Spark does; ``inspect``
+    says which."""
+    from pyspark.java_gateway import ensure_callback_server_started
+    from storage_support import create_bucket, start_s3, stop_server
+
+    jvm = spark._jvm
+    assert jvm is not None
+    ensure_callback_server_started(spark.sparkContext._gateway)
+    proc, endpoint, _ = start_s3(tmp_path / "s3-ignoring", ignore_if_none_match=True)
+    try:
+        bucket = "batchlog-ignores-if-none-match"
+        create_bucket(endpoint, bucket)
+        hconf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
+        hconf.set(f"fs.s3a.bucket.{bucket}.endpoint", endpoint)
+        log_files = jvm.io.batchlog.log.LogFiles
+
+        def publish_path(root: str) -> tuple[object, object, str]:
+            meta = jvm.org.apache.hadoop.fs.Path(f"{root}/out-probe/_spark_metadata")
+            conf = spark._jsparkSession.sessionState().newHadoopConf()
+            fm = jvm.io.batchlog.shim.package.CheckpointFileManager().create(meta, conf)
+            fm.mkdirs(meta)
+            five = jvm.org.apache.hadoop.fs.Path(meta, "5")
+            return fm, five, str(log_files.describeWriteOnce(fm, five))
+
+        _, _, honest = publish_path(s3)
+        assert honest == (
+            "one conditional upload (If-None-Match: *; "
+            "the store refused a second create of a probe)"
+        )
+        fm, five, ignoring = publish_path(f"s3a://{bucket}")
+        assert ignoring == (
+            "CheckpointFileManager (temp file, then rename): the store accepted a second "
+            "conditional create of a probe object, it ignores If-None-Match"
+        )
+        # its log files go through the manager: a second publish is still refused (by its check)
+        log_files.publish(fm, five, False, _WriteBytes(b"v1\nfirst"))
+        with pytest.raises(Exception) as refused:
+            log_files.publish(fm, five, False, _WriteBytes(b"v1\nsecond"))
+        assert "FileAlreadyExistsException" in str(refused.value), refused.value
+        remote = RemoteFs(spark, f"s3a://{bucket}")
+        assert remote.names(f"s3a://{bucket}/out-probe/_spark_metadata") == ["5"]  # probe removed
+    finally:
+        stop_server(proc)

@@ -41,6 +41,7 @@ from batchlog.errors import (
     UnsupportedSparkVersionError,
     UpstreamRewoundError,
     WriterActiveError,
+    WriterLeaseLostError,
 )
 from batchlog.ops import (
     Action,
@@ -85,6 +86,7 @@ __all__ = [
     "UnsupportedCheckpointError",
     "UnsupportedSparkVersionError",
     "UpstreamRewoundError",
+    "WriterLeaseLostError",
     "WriterActiveError",
     "adopt",
     "adopt_action",

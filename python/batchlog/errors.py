@@ -129,6 +129,12 @@ class BatchesExpiredError(BatchLogError):
     code = "BATCHES_EXPIRED"
 
 
+class WriterLeaseLostError(BatchLogError):
+    """A running query could not keep its writer lease fresh and stopped before committing."""
+
+    code = "WRITER_LEASE_LOST"
+
+
 def _all_errors(cls: type[BatchLogError]) -> list[type[BatchLogError]]:
     return [c for sub in cls.__subclasses__() for c in (sub, *_all_errors(sub))]
 

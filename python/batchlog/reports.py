@@ -234,6 +234,7 @@ class SinkSummary(Report):
     untagged_bytes: int
     batches: list[BatchFiles]
     horizon: HorizonReport
+    log_publish: str
 
 
 @dataclasses.dataclass(frozen=True)

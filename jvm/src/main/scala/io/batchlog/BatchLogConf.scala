@@ -120,6 +120,29 @@ object BatchLogConf {
       "2m or 30s"
     )
 
+  /**
+   * How long an operation that fences a writer (rewind, takeover, repair, vacuum, a starting
+   * writer) watches a writer lease it finds before it gives up. A lease is dead only once this
+   * process has seen it unchanged for the lease's whole timeout (no two hosts' clocks are compared,
+   * [[io.batchlog.log.LeaseWatch]]); with the default `0s` nothing waits, and the `WRITER_ACTIVE`
+   * error says how much longer to watch (a re-run in the same session counts the time already
+   * seen).
+   */
+  private val FenceWaitDefault = "0s"
+  val FenceWaitKey: String = key(
+    "spark.batchlog.writer.fenceWait",
+    "How long rewind, takeover, repair and vacuum watch a writer lease they find before they give " +
+      "up: a lease is dead once this process has seen it unchanged for the lease's timeout.",
+    Some(FenceWaitDefault)
+  )
+
+  def fenceWaitMs(spark: SparkSession): Long = {
+    val v = spark.conf.getOption(FenceWaitKey).getOrElse(FenceWaitDefault)
+    scala.util.Try(JavaUtils.timeStringAsMs(v)).filter(_ >= 0).getOrElse(
+      throw BatchLogException.invalidArgument(FenceWaitKey, v, "it must be a duration such as 2m")
+    )
+  }
+
   private def duration(key: String, v: String, example: String): Long =
     scala.util.Try(JavaUtils.timeStringAsMs(v)).filter(_ > 0).getOrElse(
       throw BatchLogException.invalidArgument(

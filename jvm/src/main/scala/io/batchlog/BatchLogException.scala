@@ -53,6 +53,7 @@ object BatchLogException {
   val ForeignPath = "FOREIGN_PATH"
   val CheckpointInOutput = "CHECKPOINT_IN_OUTPUT"
   val BatchesExpired = "BATCHES_EXPIRED"
+  val WriterLeaseLost = "WRITER_LEASE_LOST"
 
   /** Every error code; Python's `batchlog.errors` has one exception class per code (tested). */
   val Codes: Seq[String] = Seq(
@@ -74,7 +75,8 @@ object BatchLogException {
     UpstreamRewound,
     ForeignPath,
     CheckpointInOutput,
-    BatchesExpired
+    BatchesExpired,
+    WriterLeaseLost
   )
 
   def notASink(path: String): BatchLogException = new BatchLogException(
@@ -184,15 +186,49 @@ object BatchLogException {
       "rewinding."
   )
 
-  def writerActive(sink: String, writer: String, ageMs: Long, timeoutMs: Long): BatchLogException =
+  /**
+   * A writer lease not (yet) seen dead: `unchangedMs` is how long this process has seen it
+   * unchanged (`refreshed`: it changed while watched, the writer lives).
+   */
+  def writerActive(
+      sink: String,
+      writer: String,
+      unchangedMs: Long,
+      timeoutMs: Long,
+      refreshed: Boolean
+  ): BatchLogException = {
+    val seen =
+      if (refreshed) "which was refreshed while this process watched it: the writer lives"
+      else {
+        s"which this process has seen unchanged for ${unchangedMs / 1000} s; a lease is dead " +
+          s"once seen unchanged for its timeout, ${timeoutMs / 1000} s (" +
+          s"${BatchLogConf.WriterLeaseTimeoutKey} of the writer; no two hosts' clocks are " +
+          s"compared). If the query is dead (its driver was killed), re-run in this session after " +
+          s"${math.max(1L, (timeoutMs - unchangedMs + 999) / 1000)} s, or set " +
+          s"${BatchLogConf.FenceWaitKey}=${(timeoutMs + 999) / 1000}s to wait for it, or pass " +
+          "--force (force=True)"
+      }
     new BatchLogException(
       WriterActive,
-      s"A streaming query is writing to $sink: $writer, whose writer lease was refreshed " +
-        s"${ageMs / 1000} s ago (a lease is live while refreshed within ${timeoutMs / 1000} s, " +
-        s"${BatchLogConf.WriterLeaseTimeoutKey}; a running query refreshes it every " +
-        s"${timeoutMs / 4000} s and removes it when it stops). Stop that query first. If it is " +
-        "known to be dead (its driver was killed), wait until its lease is older than the " +
-        "timeout, or pass --force (force=True)."
+      s"A streaming query is writing to $sink: $writer, whose writer lease " +
+        s"(${sink.stripSuffix("/")}/_spark_metadata/batchlog-lease.json) is refreshed every " +
+        s"${math.max(1L, timeoutMs / 4000)} s while it runs and removed when it stops, $seen. " +
+        "Stop that query first."
+    )
+  }
+
+  /**
+   * The writer can no longer prove it holds its lease: its last successful refresh is older than
+   * the lease's timeout minus a margin, or a refresh failed, or the lease names another run. It
+   * stops before an observer could call it dead and change the sink under it.
+   */
+  def writerLeaseLost(sink: String, batchId: Long, why: String): BatchLogException =
+    new BatchLogException(
+      WriterLeaseLost,
+      s"This query no longer holds its writer lease on $sink ($why), so batch $batchId is not " +
+        "committed and the query stops: a rewind or takeover may already treat it as dead. " +
+        s"Restart the query from its checkpoint; if its lease refreshes stall (a slow store, long " +
+        s"GC pauses), raise ${BatchLogConf.WriterLeaseTimeoutKey}."
     )
 
   def sinkOwnedByOtherQuery(

@@ -83,16 +83,28 @@ class BatchTaggedCommitProtocol(jobId: String, path: String)
         guard.beforeCommit(batchId)
         sinkLog.add(batchId, entries)
       } catch {
+        case _: java.util.ConcurrentModificationException =>
+          // The write-once publish of log file N was refused: N is another writer's, or a rewind's
+          // claim of it. This batch's files are in no log: abortJob deletes them.
+          refused(BatchLogException.raceCommittingBatch(batchId, sinkLog.metadataPath.toString))
         case e: Throwable if sinkLog.isLogged(batchId) => pendingCommitFiles.clear(); throw e
         case e: BatchLogException => throw e.withOutcome(notCommitted)
       }
     if (added) {
       pendingCommitFiles.clear()
       logInfo(s"Committed batch $batchId (${entries.length} files)")
-    } else {
-      throw BatchLogException.raceCommittingBatch(batchId, sinkLog.metadataPath.toString)
-        .withOutcome(notCommitted)
-    }
+    } else refused(BatchLogException.raceCommittingBatch(batchId, sinkLog.metadataPath.toString))
+  }
+
+  /**
+   * Log file `batchId` exists: another writer's, or a rewind's claim of it. The sink's record says
+   * which (a moved epoch: the sink was rewound or taken over); either way this batch's files are in
+   * no log and abortJob deletes them.
+   */
+  private def refused(e: BatchLogException): Nothing = {
+    val notCommitted = s"Batch $batchId was not committed; its data files are deleted."
+    try guard.afterRefusedPublish(batchId, e)
+    catch { case b: BatchLogException => throw b.withOutcome(notCommitted) }
   }
 
   override def abortJob(jobContext: JobContext): Unit = {

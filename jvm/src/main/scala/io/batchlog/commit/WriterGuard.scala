@@ -13,6 +13,8 @@ import io.batchlog.{BatchLogConf, BatchLogException}
 import io.batchlog.Compat
 import io.batchlog.log.{
   BatchTaggedFileStreamSinkLog,
+  Clock,
+  LeaseWatch,
   RewindIntent,
   SinkOwner,
   SinkRecord,
@@ -31,25 +33,32 @@ import io.batchlog.log.{
  *     would otherwise each skip the other's batch ids (Spark's sink skips every id already logged);
  *   - the record's `epoch` must be the one this run started with;
  *   - the run takes the [[WriterLease]] (once) and a daemon thread refreshes it every quarter of
- *     its timeout until the query's thread ends, then removes it.
+ *     its timeout until the query's thread ends, then removes it. A record change (the claim of a
+ *     new sink, the interval) is a compare-and-set ([[SinkRecord.compareAndSet]]): a concurrent
+ *     epoch bump wins and this run stops.
  *
  * Before each batch is logged ([[beforeCommit]]) the record is read again, and that is all a batch
  * costs after the first (one request on an object store while the record is unchanged:
- * [[io.batchlog.log.JsonRecordFile#Watched]]). A rewind or takeover bumps the epoch *after* it
- * found no live lease, and before it changes anything; the writer re-reads it *after* taking its
- * lease: so either the rewind sees the lease and refuses, or the writer sees the new epoch and
- * fails before committing; never both succeed. A writer that wakes up between a rewind's check of
- * its lease and the epoch bump (its lease expired: stalled, or declared dead with `force`) may
- * commit that one batch; the rewind then finds the sink's latest batch moved and stops before it
- * changed anything ([[io.batchlog.ops.Rewind]]), and the writer stops at its next batch. A writer
- * that passed its last check just before a forced rewind cut the log is caught by the log itself,
- * which accepts only the next batch id ([[BatchTaggedFileStreamSinkLog.add]]).
+ * [[io.batchlog.log.JsonRecordFile#Watched]]). A rewind or takeover bumps the epoch *after* it saw
+ * no live lease, and before it changes anything; the writer re-reads it *after* taking its lease:
+ * so either the rewind sees the lease and refuses, or the writer sees the new epoch and fails
+ * before committing.
+ *
+ * Liveness never compares two hosts' clocks. The writer fences itself on its own monotonic clock
+ * ([[requireLease]], before each batch, each commit and right before its log file is published):
+ * once its last successful refresh is older than the timeout minus one refresh interval, or a
+ * refresh failed, it stops (`WRITER_LEASE_LOST`); an observer calls the lease dead only after
+ * watching it unchanged for the whole timeout ([[io.batchlog.log.LeaseWatch]]), by then this writer
+ * has stopped. A writer already past its checks when a rewind bumps the epoch loses to the rewind's
+ * create-once claim of the next log id ([[BatchTaggedFileStreamSinkLog.claimNext]]).
  */
 final class WriterGuard private (
     log: BatchTaggedFileStreamSinkLog,
     queryId: String,
     runId: String,
-    timeoutMs: Long
+    timeoutMs: Long,
+    fenceWaitMs: Long,
+    clock: Clock
 ) extends Logging {
   private val fm: CheckpointFileManager = log.checkpointFileManager
   private val meta: Path = log.metadataPath
@@ -59,6 +68,13 @@ final class WriterGuard private (
   @volatile private var currentBatch = -1L
   private var keeper: Thread = _
 
+  /** When (this JVM's monotonic clock) the last lease write that succeeded started. */
+  @volatile private var lastRefreshNanos = 0L
+  @volatile private var refreshes = 0L
+
+  /** Why the keeper no longer holds the lease (a failed refresh, the lease taken), if so. */
+  @volatile private var lost: Option[String] = None
+
   /** Reads the sink's record from the first check on (the run's first batch writes it). */
   private lazy val record = new SinkRecord.Watched(log.fileSystem, meta)
 
@@ -67,41 +83,57 @@ final class WriterGuard private (
     // Checked at the run's first batch; from then on each commit re-reads the record, which every
     // rewind, takeover and repair changes before it changes anything else.
     if (keeper == null) firstBatch(batchId)
+    else requireLease(batchId)
   }
 
   private def firstBatch(batchId: Long): Unit = {
     refuseUnfinishedRewind()
-    val now = System.currentTimeMillis()
+    val now = clock.currentTimeMillis()
     val record = this.record.read() match {
-      case None =>
-        val r = SinkRecord.first(queryId, batchId, log.interval, now)
-        SinkRecord.write(fm, meta, r)
-        r
+      case None => claim(batchId, None, SinkRecord.first(queryId, batchId, log.interval, now))
       case Some(r) if r.owner.isEmpty =>
         // written by repair when the damaged log named no owner: this query claims it
-        val claimed = r.copy(owners = List(SinkOwner(queryId, batchId, now)))
-        SinkRecord.write(fm, meta, claimed)
-        claimed
+        claim(batchId, Some(r), r.copy(owners = List(SinkOwner(queryId, batchId, now))))
       case Some(r) =>
         checkOwner(r, batchId)
-        if (r.compactInterval != log.interval) {
-          // The interval in force is derived from the compact files, as Spark does; keep the
-          // record true so that a repair rebuilds the layout this query reads.
-          SinkRecord.write(fm, meta, r.copy(compactInterval = log.interval))
-        }
-        r
+        // The interval in force is derived from the compact files, as Spark does; keep the
+        // record true so that a repair rebuilds the layout this query reads.
+        if (r.compactInterval == log.interval) r
+        else claim(batchId, Some(r), r.copy(compactInterval = log.interval))
     }
     checkEpoch(record, batchId)
-    WriterLease.read(fm, meta).foreach { l =>
-      if (l.queryId != queryId && l.isLive(now) && !WriterGuard.isDeadHere(l.runId)) {
-        throw BatchLogException.writerActive(sink, l.describe, l.ageMs(now), l.timeoutMs)
+    WriterLease.read(fm, meta).filter(l => l.queryId != queryId).foreach { other =>
+      LeaseWatch.watch(WriterLease.path(meta).toString, fenceWaitMs, clock) { () =>
+        WriterLease.read(fm, meta).filterNot(l => WriterGuard.isDeadHere(l.runId))
+      } match {
+        case LeaseWatch.Live(l, unchanged, refreshed) if l.queryId != queryId =>
+          throw BatchLogException.writerActive(sink, l.describe, unchanged, l.timeoutMs, refreshed)
+        case _ =>
       }
     }
-    writeLease(now)
+    writeLease()
+    log.beforePublish = (file: Path) => requireLease(currentBatch)
     keeper = startKeeper(Thread.currentThread())
   }
 
+  /**
+   * The record changed by compare-and-set from `expected`: a rewind, takeover or repair that
+   * changed it meanwhile wins, and this query stops before it wrote anything.
+   */
+  private def claim(batchId: Long, expected: Option[SinkRecord], next: SinkRecord): SinkRecord =
+    try SinkRecord.compareAndSet(fm, meta, expected, next)
+    catch {
+      case c: SinkRecord.Conflict =>
+        throw BatchLogException.sinkChangedWhileWriting(
+          sink,
+          batchId,
+          s"changed by another process (a rewind, takeover or repair) as this query claimed it " +
+            s"(its record ${c.file} moved past version ${c.expected})"
+        )
+    }
+
   def beforeCommit(batchId: Long): Unit = {
+    requireLease(batchId)
     record.read() match {
       case Some(r) => checkOwner(r, batchId); checkEpoch(r, batchId)
       case None =>
@@ -111,6 +143,36 @@ final class WriterGuard private (
           s"changed (its record ${SinkRecord.path(meta)} was removed)"
         )
     }
+  }
+
+  /**
+   * The writer's own fence, on its own monotonic clock and without a request: it commits only while
+   * its last successful lease refresh started less than [[WriterLease.selfFenceMs]] ago (and no
+   * refresh failed). An observer calls the lease dead only after seeing it unchanged for the whole
+   * timeout, so this writer has stopped before any rewind or takeover can act on its death. Checked
+   * before each batch, before each commit, and again right before the log file is published.
+   */
+  def requireLease(batchId: Long): Unit = {
+    lost.foreach(why => throw BatchLogException.writerLeaseLost(sink, batchId, why))
+    val age = clock.elapsedMs(lastRefreshNanos)
+    val limit = WriterLease.selfFenceMs(timeoutMs)
+    if (age > limit) {
+      throw BatchLogException.writerLeaseLost(
+        sink,
+        batchId,
+        s"its last successful refresh started ${age / 1000.0} s ago, more than the ${limit / 1000.0}" +
+          s" s it may be old (the lease timeout ${timeoutMs / 1000.0} s minus one refresh interval)"
+      )
+    }
+  }
+
+  /** A refused publish of `batchId`'s log file: the sink changed if its record did. */
+  def afterRefusedPublish(batchId: Long, e: BatchLogException): Nothing = {
+    record.read() match {
+      case Some(r) => checkOwner(r, batchId); checkEpoch(r, batchId)
+      case None =>
+    }
+    throw e
   }
 
   /** A rewind that did not finish: writing now would mix old and new output. */
@@ -141,31 +203,50 @@ final class WriterGuard private (
     case _ =>
   }
 
-  private def writeLease(now: Long): Unit = WriterLease.write(
-    fm,
-    meta,
-    WriterLease(queryId, runId, WriterGuard.host, WriterGuard.pid, currentBatch, now, timeoutMs)
-  )
+  /** Writes the lease's next version; on success notes when the write started. */
+  private def writeLease(): Unit = {
+    val started = clock.nanoTime()
+    refreshes += 1
+    WriterLease.write(
+      fm,
+      meta,
+      WriterLease(
+        queryId,
+        runId,
+        WriterGuard.host,
+        WriterGuard.pid,
+        currentBatch,
+        clock.currentTimeMillis(),
+        timeoutMs,
+        refreshes
+      )
+    )
+    lastRefreshNanos = started
+  }
 
   /**
-   * Refreshes the lease every `timeoutMs / 4` while `queryThread` (the query's micro-batch thread)
-   * lives, then removes it. It stops refreshing once the lease names another run (taken over or
-   * removed by a forced rewind): the epoch check then stops this writer.
+   * Refreshes the lease every refresh interval while `queryThread` (the query's micro-batch thread)
+   * lives, then removes it. A refresh that fails, or a lease that names another run (taken over or
+   * removed by a forced rewind), ends the refreshing: the lease is lost, and the query's next check
+   * ([[requireLease]]) fails it. A refresh that stalls is caught by the same check, by its age.
    */
   private def startKeeper(queryThread: Thread): Thread = {
     WriterGuard.runsHere.put(runId, queryThread)
     val t = new Thread(s"batchlog-writer-lease-$runId") {
       override def run(): Unit = {
-        var ours = true
-        while (ours && queryThread.isAlive) {
-          queryThread.join(math.max(1L, timeoutMs / 4))
+        while (lost.isEmpty && queryThread.isAlive) {
+          queryThread.join(WriterLease.refreshIntervalMs(timeoutMs))
           try {
-            ours = WriterLease.read(fm, meta).exists(_.runId == runId)
-            if (ours && queryThread.isAlive) writeLease(System.currentTimeMillis())
+            val ours = WriterLease.read(fm, meta).exists(_.runId == runId)
+            if (!ours) lost = Some(s"its lease ${WriterLease.path(meta)} names another run now")
+            else if (queryThread.isAlive) writeLease()
           } catch {
-            case e: Exception => logWarning(s"Could not refresh the writer lease of $sink", e)
+            case e: Exception =>
+              lost = Some(s"a refresh of its lease ${WriterLease.path(meta)} failed: $e")
+              logWarning(s"Could not refresh the writer lease of $sink", e)
           }
         }
+        queryThread.join()
         try if (WriterLease.read(fm, meta).exists(_.runId == runId)) WriterLease.delete(fm, meta)
         catch {
           case e: Exception => logWarning(s"Could not remove the writer lease of $sink", e)
@@ -209,7 +290,14 @@ object WriterGuard {
         val sc = spark.sparkContext
         val queryId = Option(sc.getLocalProperty(QueryIdProperty)).getOrElse("unknown")
         val runId = Option(sc.getLocalProperty(JobGroupProperty)).getOrElse(queryId)
-        g = new WriterGuard(log, queryId, runId, BatchLogConf.writerLeaseTimeoutMs(spark))
+        g = new WriterGuard(
+          log,
+          queryId,
+          runId,
+          BatchLogConf.writerLeaseTimeoutMs(spark),
+          BatchLogConf.fenceWaitMs(spark),
+          Clock.current
+        )
         bySink.put(log, g)
       }
       g

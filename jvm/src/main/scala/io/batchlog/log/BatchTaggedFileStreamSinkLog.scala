@@ -117,7 +117,10 @@ class BatchTaggedFileStreamSinkLog(
    * error for that.
    */
   override protected def write(batchMetadataFile: Path, fn: OutputStream => Unit): Unit =
-    try LogFiles.publish(fileManager, batchMetadataFile, overwrite = false)(fn)
+    try LogFiles.publish(fileManager, batchMetadataFile, overwrite = false) { out =>
+        fn(out)
+        beforePublish(batchMetadataFile) // the bytes are written, not yet published
+      }
     catch {
       case e: org.apache.hadoop.fs.FileAlreadyExistsException =>
         throw new java.util.ConcurrentModificationException(
@@ -165,6 +168,28 @@ class BatchTaggedFileStreamSinkLog(
     added
   }
 
+  /**
+   * Claims log id `batchId` (the one after the latest) for an operation that fences the sink's
+   * writer (a rewind): logs it as an empty batch, compacting if it is a compaction batch, by the
+   * same write-once publish a writer uses, and without the cleanup of expired log files (the cut
+   * that follows may need them). A writer that passed its checks before the operation bumped the
+   * epoch and publishes this id now loses: its publish is refused. False if the id was logged
+   * already (a writer won: the operation must stop); `BATCH_OUT_OF_ORDER` if it is not the next id.
+   */
+  def claimNext(batchId: Long): Boolean =
+    try {
+      requireNext(batchId)
+      if (isCompactionBatch(batchId, compactInterval)) compact(batchId, Array.empty)
+      else addNewBatchByStream(batchId)(out => serialize(Array.empty, out))
+    } catch { case _: java.util.ConcurrentModificationException => false }
+
+  /**
+   * Called with a log file's path after its bytes are written and right before it is published (a
+   * hard link, a rename or the upload's completion): its writer's last check
+   * ([[io.batchlog.commit.WriterGuard.requireLease]]), which may refuse it. Nothing by default.
+   */
+  @volatile var beforePublish: Path => Unit = (_: Path) => ()
+
   /** The batch this instance logged last (-1: none): the next one needs no probe for it. */
   @volatile private var lastAdded = -1L
 
@@ -172,10 +197,14 @@ class BatchTaggedFileStreamSinkLog(
   def isLogged(batchId: Long): Boolean = fileManager.exists(batchIdToPath(batchId))
 
   /**
-   * No probe when this log wrote the previous batch (a running query, each batch after its first: a
-   * writer's record check before each commit catches a rewind under it,
-   * [[io.batchlog.commit.WriterGuard]]); else one probe (the previous batch's file), and a listing
-   * only when it is absent.
+   * No probe when this log wrote the previous batch (a running query, each batch after its first);
+   * else one probe (the previous batch's file), and a listing only when it is absent. The skipped
+   * probe is safe for a guarded writer ([[io.batchlog.commit.WriterGuard]]): a rewind cuts the log
+   * only after it bumped the epoch (the writer's check before each commit sees it) and, unless
+   * forced, after it saw the writer's lease unchanged for a whole timeout, while the writer refuses
+   * to publish ([[beforePublish]]) once its last refresh is older than the timeout minus a margin;
+   * and a publish racing the rewind's epoch bump loses to the rewind's create-once claim of the
+   * next log id ([[io.batchlog.ops.Rewind]]).
    */
   private def requireNext(batchId: Long): Unit =
     if (batchId > 0 && lastAdded != batchId - 1 && !isLogged(batchId - 1)) {

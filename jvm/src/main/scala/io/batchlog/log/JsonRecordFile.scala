@@ -39,8 +39,11 @@ class JsonRecordFile[T <: AnyRef: Manifest](val fileName: String) {
 
   def path(metadataPath: Path): Path = new Path(metadataPath, fileName)
 
-  def read(fm: CheckpointFileManager, metadataPath: Path): Option[T] = {
-    val p = path(metadataPath)
+  def read(fm: CheckpointFileManager, metadataPath: Path): Option[T] =
+    readFile(fm, path(metadataPath))
+
+  /** The record in file `p` (a missing file is `None`). */
+  protected def readFile(fm: CheckpointFileManager, p: Path): Option[T] = {
     val in =
       try fm.open(p)
       catch { case _: FileNotFoundException => return None }
@@ -65,9 +68,9 @@ class JsonRecordFile[T <: AnyRef: Manifest](val fileName: String) {
     }
 
   def write(fm: CheckpointFileManager, metadataPath: Path, record: T): Unit =
-    LogFiles.publish(fm, path(metadataPath), overwrite = true)(
-      _.write(Serialization.write(record).getBytes(UTF_8))
-    )
+    LogFiles.publish(fm, path(metadataPath), overwrite = true)(_.write(bytes(record)))
+
+  protected def bytes(record: T): Array[Byte] = Serialization.write(record).getBytes(UTF_8)
 
   def delete(fm: CheckpointFileManager, metadataPath: Path): Unit = fm.delete(path(metadataPath))
 

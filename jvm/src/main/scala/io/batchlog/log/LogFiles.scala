@@ -208,6 +208,17 @@ object LogFiles {
     }
   }
 
+  /** How `publish` writes a write-once file beside `file` with `fm` (what `inspect` reports). */
+  def describeWriteOnce(fm: CheckpointFileManager, file: Path): String =
+    if (LocalPublish.applies(fm, file)) "hard link of a temp file (local disk)"
+    else if (!ObjectStorePublish.applies(fm)) {
+      s"${fm.getClass.getSimpleName} (as set; temp file, then rename without overwrite)"
+    } else
+      ObjectStorePublish.storeOf(file) match {
+        case Some(fs) => ObjectStorePublish.describe(fs, file)
+        case None => "CheckpointFileManager (temp file, then rename without overwrite)"
+      }
+
   private def viaManager(fm: CheckpointFileManager, file: Path, overwrite: Boolean)(
       fn: java.io.OutputStream => Unit
   ): Unit = {

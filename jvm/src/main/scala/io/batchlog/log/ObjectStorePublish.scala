@@ -1,12 +1,14 @@
 package io.batchlog.log
 
 import java.io.OutputStream
+import java.util.UUID
 import java.util.concurrent.ConcurrentHashMap
 
 import scala.util.control.NonFatal
 
 import org.apache.hadoop.fs.{Abortable, FileSystem, Path}
 
+import org.apache.spark.internal.Logging
 import org.apache.spark.sql.SparkSession
 
 /**
@@ -30,10 +32,10 @@ import org.apache.spark.sql.SparkSession
  * `If-None-Match: *`, the `fs.option.create.conditional.overwrite` path capability), they are one
  * upload too ([[publishOnce]]): atomic, where the manager's temp file and rename check for the
  * target first and then copy, which two writers can both pass on S3. Elsewhere they go through the
- * manager, as Spark's. A store that takes the header but ignores it must turn the capability off
- * (`fs.s3a.create.conditional.enabled=false`, S3A's own advice for such stores).
+ * manager, as Spark's. The capability is not taken on trust: a store may take the header and ignore
+ * it, so it is proved once per bucket ([[proveCreateOnce]]) before any log file relies on it.
  */
-private[log] object ObjectStorePublish {
+private[log] object ObjectStorePublish extends Logging {
 
   val AbortableStream = "fs.capability.outputstream.abortable"
   val ConditionalCreate = "fs.option.create.conditional.overwrite"
@@ -69,10 +71,73 @@ private[log] object ObjectStorePublish {
       }
   }
 
-  /** True if `fs` can create `file` only if it is absent, in one request. */
+  /**
+   * True if `fs` can create `file` only if it is absent, in one request: it declares the capability
+   * and, once per bucket, proved it ([[proveCreateOnce]]).
+   */
   def canCreateOnce(fs: FileSystem, file: Path): Boolean =
+    declaresCreateOnce(fs, file) && proveCreateOnce(fs, file).contains(true)
+
+  private def declaresCreateOnce(fs: FileSystem, file: Path): Boolean =
     try fs.hasPathCapability(file, ConditionalCreate)
     catch { case NonFatal(_) => false }
+
+  /** By `scheme://authority`: what the probe found (a probe that failed is not kept). */
+  private val proofs = new ConcurrentHashMap[String, java.lang.Boolean]()
+
+  private def bucketOf(file: Path): String = s"${file.toUri.getScheme}://${file.toUri.getAuthority}"
+
+  /**
+   * Whether the store really refuses a second conditional create of one object: a store may take
+   * the `If-None-Match` header and ignore it, and then a second writer's log file silently replaces
+   * the first's. Proved once per bucket by creating a probe object `.batchlog-conditional-probe-
+   * <uuid>` beside `file` twice, conditionally: the second must be refused (then removed). A store
+   * that accepts it is remembered too, for this JVM (its log files then go through the manager, as
+   * Spark's); a probe that fails (no permission, a network error) is not remembered: None.
+   */
+  def proveCreateOnce(fs: FileSystem, file: Path): Option[Boolean] =
+    Option(proofs.get(bucketOf(file))).map(_.booleanValue).orElse {
+      val probe = new Path(file.getParent, s".batchlog-conditional-probe-${UUID.randomUUID()}")
+      val once = (_: OutputStream).write(Array[Byte]('p'))
+      try {
+        publishOnce(fs, probe)(once)
+        val refused =
+          try { publishOnce(fs, probe)(once); false }
+          catch { case _: org.apache.hadoop.fs.FileAlreadyExistsException => true }
+        if (!refused) {
+          logWarning(
+            s"The store of $file accepted a second conditional create (If-None-Match: *) of one " +
+              "object: it ignores the condition. batchlog publishes log files there through the " +
+              "CheckpointFileManager, as Spark does; set fs.s3a.create.conditional.enabled=false " +
+              "to say so up front."
+          )
+        }
+        proofs.put(bucketOf(file), refused)
+        Some(refused)
+      } catch {
+        case NonFatal(e) =>
+          logWarning(s"Could not probe conditional creates on the store of $file: $e")
+          None
+      } finally {
+        try fs.delete(probe, false)
+        catch { case NonFatal(_) => }
+      }
+    }
+
+  /** How log files beside `file` are published on `fs` (what `inspect` reports). */
+  def describe(fs: FileSystem, file: Path): String =
+    if (!declaresCreateOnce(fs, file)) {
+      "CheckpointFileManager (temp file, then rename; the store declares no conditional create)"
+    } else
+      proveCreateOnce(fs, file) match {
+        case Some(true) =>
+          "one conditional upload (If-None-Match: *; the store refused a second create of a probe)"
+        case Some(false) =>
+          "CheckpointFileManager (temp file, then rename): the store accepted a second " +
+            "conditional create of a probe object, it ignores If-None-Match"
+        case None =>
+          "CheckpointFileManager (temp file, then rename): conditional creates could not be probed"
+      }
 
   /** Writes `file` (replacing it) with `fn` as one upload; a failure aborts it. */
   def publish(fs: FileSystem, file: Path)(fn: OutputStream => Unit): Unit =

@@ -3,9 +3,15 @@ package io.batchlog.log
 /**
  * The lease of the query writing a sink now, `_spark_metadata/batchlog-lease.json`. The writer's
  * driver refreshes it every `timeoutMs / 4` while the query runs and removes it when the query
- * stops ([[io.batchlog.commit.WriterGuard]]). It is *live* while `now - refreshedAtMs <=
- * timeoutMs`: rewind and takeover refuse while a live lease exists (unless forced, for a writer
- * known to be dead), so a rewind cannot succeed under a running query.
+ * stops ([[io.batchlog.commit.WriterGuard]]). Each refresh writes a new version: `refreshes` counts
+ * them, so a refresh changes the record even when the writer's wall clock stands still or goes
+ * back.
+ *
+ * Liveness is never judged from `refreshedAtMs` (the writer's wall clock, for people to read): an
+ * observer judges a lease dead once it has seen the same version for `timeoutMs` on its own
+ * monotonic clock ([[LeaseWatch]]), and the writer stops committing once its own last successful
+ * refresh is older than `timeoutMs` minus a margin ([[WriterLease.selfFenceMs]]), so it stops
+ * before any observer can call it dead.
  */
 final case class WriterLease(
     queryId: String,
@@ -14,13 +20,23 @@ final case class WriterLease(
     pid: Long,
     batchId: Long,
     refreshedAtMs: Long,
-    timeoutMs: Long
+    timeoutMs: Long,
+    refreshes: Long = 0L
 ) {
-  def ageMs(now: Long): Long = math.max(0L, now - refreshedAtMs)
-
-  def isLive(now: Long): Boolean = ageMs(now) <= timeoutMs
-
   def describe: String = s"query $queryId (run $runId, driver pid $pid on $host, batch $batchId)"
 }
 
-object WriterLease extends JsonRecordFile[WriterLease]("batchlog-lease.json")
+object WriterLease extends JsonRecordFile[WriterLease]("batchlog-lease.json") {
+
+  /** How often the writer refreshes a lease of `timeoutMs`. */
+  def refreshIntervalMs(timeoutMs: Long): Long = math.max(1L, timeoutMs / 4)
+
+  /**
+   * The age of its last successful refresh (on its own monotonic clock, from when that refresh
+   * started) past which a writer no longer commits: the timeout minus one refresh interval. The
+   * margin covers a commit already past its check (publishing takes that long at most before the
+   * claim of the next log id, [[io.batchlog.ops.Rewind]], makes it lose) and clocks that run at
+   * slightly different rates; an observer needs a whole timeout of no change to call it dead.
+   */
+  def selfFenceMs(timeoutMs: Long): Long = timeoutMs - refreshIntervalMs(timeoutMs)
+}

@@ -325,7 +325,8 @@ object Repair {
           WriterFence.refuseLiveWriter(
             CheckpointFileManager.create(p.metadataPath, hadoopConf),
             p.metadataPath,
-            force
+            force,
+            BatchLogConf.fenceWaitMs(spark)
           )
         }
       }

@@ -87,7 +87,8 @@ final case class SinkSummary(
     untaggedFiles: Long,
     untaggedBytes: Long,
     batches: Seq[BatchFiles],
-    horizon: HorizonReport
+    horizon: HorizonReport,
+    logPublish: String
 )
 
 /**

@@ -75,7 +75,7 @@ object Rewind {
     val cp = new QueryCheckpoint(spark, checkpointPath)
     refuseIfActive(spark, sink)
     val sinkFm = CheckpointFileManager.create(meta, hadoopConf)
-    WriterFence.refuseLiveWriter(sinkFm, meta, force)
+    WriterFence.refuseLiveWriter(sinkFm, meta, force, BatchLogConf.fenceWaitMs(spark))
     WriterFence.requireOwner(sinkFm, meta, cp.root.toString, cp.queryId)
     val intent = RewindIntent.read(sinkFm, meta)
     intent.foreach { i =>
@@ -257,7 +257,12 @@ object Rewind {
     // is caught here (its lease) or by the epoch bump (it re-reads the epoch before committing).
     step("fence") {
       try {
-        WriterFence.refuseLiveWriter(sinkFm, plan.metadataPath, plan.force)
+        WriterFence.refuseLiveWriter(
+          sinkFm,
+          plan.metadataPath,
+          plan.force,
+          BatchLogConf.fenceWaitMs(spark)
+        )
         val log = new BatchTaggedFileStreamSinkLog(spark, plan.metadataPath.toString)
         val latest = log.getLatestBatchId().getOrElse(-1L)
         if (latest != plan.sinkLatest) {
@@ -283,13 +288,16 @@ object Rewind {
         // commit: one whose lease had expired (stalled, or declared dead with `force`) may have
         // committed a batch between the checks above and the bump. It stops at its next batch (the
         // epoch moved); the rewind must not go on with a plan that misses that batch.
-        val latest = new BatchTaggedFileStreamSinkLog(spark, plan.metadataPath.toString)
-          .getLatestBatchId().getOrElse(-1L)
-        if (latest != plan.sinkLatest) {
+        // Then the store arbitrates: the next log id is claimed, create-once. A writer that passed
+        // its checks before the bump and publishes that id now is refused; one that published it
+        // first makes the claim fail, and the rewind stops before it changed anything.
+        val log = new BatchTaggedFileStreamSinkLog(spark, plan.metadataPath.toString)
+        val latest = log.getLatestBatchId().getOrElse(-1L)
+        if (latest != plan.sinkLatest || !log.claimNext(plan.sinkLatest + 1)) {
           if (!plan.resuming) RewindIntent.delete(sinkFm, plan.metadataPath)
           throw BatchLogException.sinkWrittenDuringRewind(
             plan.sink.toString,
-            latest,
+            math.max(latest, plan.sinkLatest + 1),
             plan.sinkLatest
           ).withOutcome(
             "Nothing was deleted; the sink's record has a new epoch, so its writer stops at " +
@@ -312,20 +320,35 @@ object Rewind {
     step("sink-log") {
       val src = plan.sinkLog.rebuildFrom.getOrElse(-1L)
       val log = new BatchTaggedFileStreamSinkLog(spark, plan.metadataPath.toString)
-      LogTruncation.apply(sinkFm, plan.sinkLog)(line => log.batchOf(LogFormat.decode(line), src))
+      // The planned cut, on the log files present now: the claimed id goes too, and anything a
+      // writer published above the target since the plan (newest first, as planned).
+      val t = plan.sinkLog
+      val cut = LogTruncation.plan(sinkFm, plan.metadataPath, t.keepUpTo, t.interval)
+      LogTruncation.apply(sinkFm, cut)(line => log.batchOf(LogFormat.decode(line), src))
     }
+    // State, commits and offsets are listed again now that the writer is fenced: files a stalled
+    // writer added above the target after the plan's listing go too.
+    val cp = new QueryCheckpoint(spark, plan.checkpoint.toString)
     step("state") {
-      if (plan.removeStateDir) cpFm.delete(new Path(plan.checkpoint, "state"))
-      else ParallelDelete(
-        plan.stateFiles.map(_._1),
+      if (plan.removeStateDir || (plan.toBatch == 0 && cp.fs.exists(cp.stateDir))) {
+        cpFm.delete(new Path(plan.checkpoint, "state"))
+      } else ParallelDelete(
+        (plan.stateFiles.map(_._1) ++ StateFiles.toDelete(cp, plan.toBatch, None).map(_.getPath))
+          .distinct,
         hadoopConf,
         parallelism,
         new Progress("rewind: deleting state files", quiet)
       )
     }
-    val cp = new QueryCheckpoint(spark, plan.checkpoint.toString)
-    step("commits")(plan.commitsToDelete.foreach(n => cpFm.delete(cp.commitFile(n))))
-    step("offsets")(plan.offsetsToDelete.foreach(n => cpFm.delete(cp.offsetsFile(n))))
+    def newestFirst(planned: Seq[Long], now: Seq[Long]) = (planned ++ now).distinct.sorted.reverse
+    step("commits") {
+      newestFirst(plan.commitsToDelete, cp.commitIds.filter(_ >= plan.toBatch))
+        .foreach(n => cpFm.delete(cp.commitFile(n)))
+    }
+    step("offsets") {
+      newestFirst(plan.offsetsToDelete, cp.offsetIds.filter(_ > plan.toBatch))
+        .foreach(n => cpFm.delete(cp.offsetsFile(n)))
+    }
     // Source logs last: until offsets/ and commits/ are cut back, they name log offsets above
     // the cut, and a query restarted after a crash in between would fail inside the source
     // ("batch N doesn't exist") -- or log files anew -- instead of reaching the sink's refusal.

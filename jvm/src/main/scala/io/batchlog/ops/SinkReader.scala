@@ -18,6 +18,7 @@ import io.batchlog.log.{
   BatchTaggedFileStreamSinkLog,
   DataFileNaming,
   DirectLookup,
+  LogFiles,
   LogFormat,
   LogLayout,
   SinkLogEntry
@@ -152,7 +153,8 @@ class SinkReader(spark: SparkSession, outputPath: String) {
       untagged._1,
       untagged._2,
       perBatch.toSeq.map { case (b, (n, bytes)) => BatchFiles(b, n, bytes) },
-      Horizon.report(spark, log, checkpointPath)
+      Horizon.report(spark, log, checkpointPath),
+      LogFiles.describeWriteOnce(log.checkpointFileManager, log.logFilePath(latest + 1))
     )
   }
 

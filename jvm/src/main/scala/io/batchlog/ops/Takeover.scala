@@ -3,7 +3,7 @@ package io.batchlog.ops
 import org.apache.spark.sql.SparkSession
 import io.batchlog.shim.CheckpointFileManager
 
-import io.batchlog.BatchLogException
+import io.batchlog.{BatchLogConf, BatchLogException}
 import io.batchlog.checkpoint.QueryCheckpoint
 import io.batchlog.log.{BatchTaggedFileStreamSinkLog, RewindIntent, SinkOwner, SinkRecord}
 
@@ -56,7 +56,7 @@ object Takeover {
     BatchLogException.unchanged {
       val meta = BatchTaggedFileStreamSinkLog.metadataPathOf(spark, sinkPath)
       val fm = CheckpointFileManager.create(meta, spark.sessionState.newHadoopConf())
-      WriterFence.refuseLiveWriter(fm, meta, force)
+      WriterFence.refuseLiveWriter(fm, meta, force, BatchLogConf.fenceWaitMs(spark))
       // A takeover during an unfinished rewind would change the owner the rewind checks: its
       // re-run would then be refused and the sink stay stuck. The rewind is finished first.
       RewindIntent.read(fm, meta).foreach { i =>

@@ -73,7 +73,8 @@ object Vacuum {
     }
     // Files of a batch after the latest may belong to a batch running now, unless no writer is
     // live: then they are what a killed or refused writer left.
-    val writerLive = WriterFence.liveWriter(log.checkpointFileManager, meta).isDefined
+    val writerLive = WriterFence
+      .liveWriter(log.checkpointFileManager, meta, BatchLogConf.fenceWaitMs(spark)).isDefined
     val (running, settled) = orphans.partition(o => writerLive && o.batchId.exists(_ > latest))
     val (toDelete, recent) = settled.partition(_.modificationTime <= cutoff)
     def bytes(fs: Seq[Verify.Orphan]) = fs.map(_.size).sum

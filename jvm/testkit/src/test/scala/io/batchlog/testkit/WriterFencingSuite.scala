@@ -1,0 +1,247 @@
+package io.batchlog.testkit
+
+import java.io.File
+import java.util.concurrent.{CountDownLatch, TimeUnit}
+
+import org.apache.hadoop.fs.Path
+
+import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.expressions.UserDefinedFunction
+import org.apache.spark.sql.functions.{col, udf}
+import org.apache.spark.sql.streaming.{StreamingQuery, StreamingQueryException}
+
+import io.batchlog.{BatchLogConf, BatchLogException, ManualClock, RewindFixture}
+import io.batchlog.SparkSessionTestBase
+import io.batchlog.TestLogs._
+import io.batchlog.log.{Clock, SinkRecord}
+import io.batchlog.ops.{Rewind, RewindStepListener, WriterFence}
+import io.batchlog.testshim.{intStream, MemoryStream}
+
+/** Runs a test's step inside a task of the query (local mode: the same JVM). */
+object TaskHook {
+  @volatile var onRow: Long => Unit = (_: Long) => ()
+  val hook: UserDefinedFunction = udf { (id: Long) => onRow(id); id }
+}
+
+/** Runs a test's step after a rewind's step `fence` (a zombie writer's, at that exact point). */
+class AfterFence(spark: SparkSession) extends RewindStepListener {
+  override def afterStep(step: String): Unit = if (step == "fence") AfterFence.run()
+}
+
+object AfterFence {
+  @volatile var run: () => Unit = () => ()
+}
+
+/**
+ * Fencing the store arbitrates, tried by deterministic interleavings: a writer whose lease keeper
+ * fails or stalls stops before it commits (its files deleted); a writer's claim of the sink racing
+ * an epoch bump loses; a zombie's commit after a rewind's epoch bump loses to the rewind's claim of
+ * the next log id, and what it left in the checkpoint is found and removed. Each ends in a clear
+ * refusal or a clean stop: the rows plain Spark reads back are exactly the committed batches'.
+ */
+class WriterFencingSuite extends SparkSessionTestBase with RewindFixture {
+  import BatchLogConf._
+
+  override protected def sparkConf: Map[String, String] =
+    Map(CommitProtocolKey -> CommitProtocolClass)
+
+  private val FaultManager = classOf[FaultInjectingCheckpointFileManager].getName
+
+  private def rowsOf(batch: Int): Seq[Int] = (0 until 5).map(batch * 100 + _)
+
+  private case class Sink(root: File) {
+    val out = new File(root, "out")
+    val checkpoint = new File(root, "checkpoint")
+    val input: MemoryStream[Int] = intStream(spark, 2)
+    def start(): StreamingQuery =
+      input.toDF().select(TaskHook.hook(col("value").cast("long")).as("id")).writeStream
+        .format("parquet").option("checkpointLocation", checkpoint.toString).start(out.toString)
+    def rows: Set[Long] = spark.read.parquet(out.toString).collect().map(_.getLong(0)).toSet
+    def batchFiles(b: Long): Seq[String] =
+      Option(out.listFiles()).toSeq.flatten.map(_.getName)
+        .filter(n => n.startsWith("part-") && n.contains(s"-batch-$b-"))
+  }
+
+  private def withHooks[A](body: => A): A = {
+    FaultInjectingCheckpointFileManager.reset()
+    try body
+    finally {
+      TaskHook.onRow = (_: Long) => ()
+      AfterFence.run = () => ()
+      FaultInjectingCheckpointFileManager.callback = (_: Path) => ()
+    }
+  }
+
+  private def await(latch: CountDownLatch, what: String): Unit =
+    assert(latch.await(60, TimeUnit.SECONDS), s"timed out waiting for $what")
+
+  /** The query fails running `batch`; its error, with what a batch's failure says. */
+  private def failedBatch(s: Sink, q: StreamingQuery, batch: Int): String = {
+    s.input.addData(rowsOf(batch): _*)
+    intercept[StreamingQueryException](processAll(q)).getMessage
+  }
+
+  test("a keeper whose refresh fails stops the query before it commits: files deleted") {
+    withHooks {
+      withTempDir { root =>
+        val s = Sink(root)
+        val refreshFailed = new CountDownLatch(1)
+        val armed = new java.util.concurrent.atomic.AtomicBoolean(false)
+        // once armed (batch 0 committed), the keeper's next refresh fails
+        FaultInjectingCheckpointFileManager.callback = { p =>
+          if (armed.get && refreshFailed.getCount > 0) {
+            refreshFailed.countDown()
+            throw new java.io.IOException(s"injected: the store refuses $p")
+          }
+        }
+        withSQLConf(
+          WriterLeaseTimeoutKey -> "8s",
+          TestkitConf.CheckpointFileManagerClassKey -> FaultManager,
+          TestkitConf.FaultOpKey -> "createAtomic",
+          TestkitConf.FaultPathRegexKey -> "batchlog-lease\\.json$",
+          TestkitConf.FaultActionKey -> "call"
+        ) {
+          withQuery(s.start()) { q =>
+            s.input.addData(rowsOf(0): _*)
+            processAll(q)
+            // batch 1's tasks arm the fault and wait for the failed refresh: the commit follows
+            TaskHook.onRow = id =>
+              if (id == 100L) { armed.set(true); await(refreshFailed, "the failed refresh") }
+            val m = failedBatch(s, q, 1)
+            assert(m.contains("This query no longer holds its writer lease on"), m)
+            assert(m.contains("a refresh of its lease"), m)
+            assert(m.contains("injected: the store refuses"), m)
+            assert(m.contains("Batch 1 was not committed; its data files are deleted."), m)
+          }
+        }
+        assert(s.batchFiles(1L).isEmpty)
+        assert(ours(new File(s.out, "_spark_metadata")).getLatestBatchId().contains(0L))
+        assert(s.rows == rowsOf(0).map(_.toLong).toSet)
+      }
+    }
+  }
+
+  test("a keeper whose refresh stalls: the writer stops once its last refresh is too old") {
+    withHooks {
+      withTempDir { root =>
+        val s = Sink(root)
+        val clock = new ManualClock()
+        val stalled = new CountDownLatch(1)
+        val release = new CountDownLatch(1)
+        val armed = new java.util.concurrent.atomic.AtomicBoolean(false)
+        // once armed (batch 0 committed), the keeper's next refresh hangs (a hung PUT)
+        FaultInjectingCheckpointFileManager.callback = { _ =>
+          if (armed.get && stalled.getCount > 0) {
+            stalled.countDown(); release.await(120, TimeUnit.SECONDS)
+          }
+        }
+        try Clock.using(clock) {
+            withSQLConf(
+              WriterLeaseTimeoutKey -> "4s",
+              TestkitConf.CheckpointFileManagerClassKey -> FaultManager,
+              TestkitConf.FaultOpKey -> "createAtomic",
+              TestkitConf.FaultPathRegexKey -> "batchlog-lease\\.json$",
+              TestkitConf.FaultActionKey -> "call"
+            ) {
+              withQuery(s.start()) { q =>
+                s.input.addData(rowsOf(0): _*)
+                processAll(q)
+                armed.set(true)
+                // during batch 1, 3.5 s pass on the writer's clock with no refresh: more than
+                // the 3 s (4 s timeout minus a 1 s refresh interval) it may go without one
+                TaskHook.onRow = id =>
+                  if (id == 100L) { await(stalled, "the stalled refresh"); clock.advance(3500) }
+                val m = failedBatch(s, q, 1)
+                assert(m.contains("This query no longer holds its writer lease on"), m)
+                assert(
+                  m.contains("its last successful refresh started 3.5 s ago, more than " +
+                    "the 3.0 s it may be old"),
+                  m
+                )
+                assert(m.contains("Batch 1 was not committed; its data files are deleted."), m)
+              }
+            }
+          }
+        finally release.countDown()
+        assert(s.batchFiles(1L).isEmpty)
+        assert(s.rows == rowsOf(0).map(_.toLong).toSet)
+      }
+    }
+  }
+
+  test("a writer's claim of the sink racing an epoch bump loses; the bump stays") {
+    withHooks {
+      withTempDir { root =>
+        val s = Sink(root)
+        val meta = new Path(new File(s.out, "_spark_metadata").toURI)
+        // as the writer claims the new sink (its record's version 1), another process claims it
+        // first: a takeover by another query, with its epoch bump
+        FaultInjectingCheckpointFileManager.callback = { _ =>
+          val fm = ours(new File(meta.toUri)).checkpointFileManager
+          WriterFence.bumpEpoch(fm, meta)(_ => SinkRecord.first("other-query", 0L, 10, 1L))
+        }
+        withSQLConf(
+          TestkitConf.CheckpointFileManagerClassKey -> FaultManager,
+          TestkitConf.FaultOpKey -> "createAtomic",
+          TestkitConf.FaultPathRegexKey -> "batchlog-sink\\.1\\.json$",
+          TestkitConf.FaultActionKey -> "call",
+          TestkitConf.FaultTimesKey -> "1"
+        ) {
+          withQuery(s.start()) { q =>
+            val m = failedBatch(s, q, 0)
+            assert(
+              m.contains("was changed by another process (a rewind, takeover or repair) " +
+                "as this query claimed it"),
+              m
+            )
+            assert(m.contains("moved past version 0"), m)
+            assert(m.contains("Batch 0 was not written to the sink; nothing was changed."), m)
+          }
+        }
+        val fm = ours(new File(meta.toUri)).checkpointFileManager
+        val r = SinkRecord.read(fm, meta).get
+        assert(r.owners.map(_.queryId) == List("other-query") && r.epoch == 0L && r.seq == 1L)
+        assert(s.batchFiles(0L).isEmpty)
+        assert(ours(new File(meta.toUri)).getLatestBatchId().isEmpty)
+      }
+    }
+  }
+
+  test("a zombie's commit after the rewind's epoch bump loses to its claim of the next log id") {
+    withSQLConf(CompactIntervalKey -> "3", DeletionKey -> "false") {
+      withHooks {
+        withFixture() { fx =>
+          val plan = fx.plan(5L, force = true)
+          val zombie = ours(fx.meta) // a writer that passed its checks before the bump
+          var refused: Option[scala.util.Try[Boolean]] = None
+          AfterFence.run = { () =>
+            // it writes what a batch 8 writes: offsets, state, then its log file 8.compact
+            write(new File(fx.cp, "offsets/8"), "v1\n{}\n{\"logOffset\":8}")
+            write(new File(fx.cp, "state/0/0/9.delta"), "d")
+            write(new File(fx.cp, "state/0/1/9.delta"), "d")
+            // refused: log id 8 exists (Spark's add says false; a publish racing the claim would
+            // fail with ConcurrentModificationException)
+            refused = Some(scala.util.Try(zombie.add(8L, Array(namedEntry(8L, 0)))))
+          }
+          withSQLConf(RewindStepListenerKey -> classOf[AfterFence].getName) {
+            Rewind.apply(spark, plan, quiet = true)
+          }
+          assert(refused.contains(scala.util.Success(false)))
+          // the rewind completed: the log ends at 4, the claim and the zombie's files are gone
+          val log = ours(fx.meta)
+          assert(log.getLatestBatchId().contains(4L))
+          assert(!fx.meta.list().exists(n => n.startsWith("8") || n.startsWith("5")))
+          assert(log.allFiles().map(_.batchId.get).toSet == (0L to 4L).toSet)
+          assert(!new File(fx.cp, "offsets/8").exists() && !new File(fx.cp, "offsets/6").exists())
+          assert(new File(fx.cp, "offsets/5").exists() && !new File(fx.cp, "commits/5").exists())
+          val state = new File(fx.cp, "state/0")
+          assert(!new File(state, "0/9.delta").exists() && !new File(state, "1/9.delta").exists())
+          assert(new File(state, "0/5.delta").exists() && !new File(state, "0/6.delta").exists())
+          // the record's epoch moved: the zombie, were it to go on, is refused at its next check
+          assert(SinkRecord.read(log.checkpointFileManager, new Path(fx.meta.toURI))
+            .exists(_.seq == 1L))
+        }
+      }
+    }
+  }
+}
