@@ -31,6 +31,7 @@ class SinkBoundarySuite extends TempDirs {
       val out = new File(tmp, "out")
       val elsewhere = new File(tmp, "elsewhere")
       val inside = data(new File(out, "p=1"), 0)
+      val special = data(new File(out, "p=ü½ 50%25"), 0)
       val outsideFile = data(elsewhere, 0)
       Files.createSymbolicLink(new File(out, "p=2").toPath, elsewhere.toPath)
       Files.createSymbolicLink(new File(out, "p=1/link.parquet").toPath, outsideFile.toPath)
@@ -41,6 +42,7 @@ class SinkBoundarySuite extends TempDirs {
 
       assert(reason(inside.toURI.toString).isEmpty)
       assert(reason(inside.getPath).isEmpty) // no scheme: the output's file system
+      assert(b.foreignReason(new Path(special.toURI)).isEmpty)
       assert(reason(s"${out.toURI}p=1/../p=1/${inside.getName}").isEmpty)
       assert(reason(outsideFile.toURI.toString).contains(s"outside the output directory $o"))
       assert(reason(s"${out.toURI}../elsewhere/${outsideFile.getName}")
@@ -64,6 +66,7 @@ class SinkBoundarySuite extends TempDirs {
       val elsewhere = new File(tmp, "elsewhere")
       val d0 = data(new File(out, "p=1"), 0)
       val d1 = data(out, 1)
+      val d2 = data(new File(out, "p=ü½ 50%25"), 2) // as Spark escapes a partition value 50%
       data(elsewhere, 2)
       touch(new File(out, "README.txt"))
       touch(new File(out, "_batchlog/part-00000-x.json"))
@@ -77,7 +80,7 @@ class SinkBoundarySuite extends TempDirs {
       val found = mutable.ArrayBuffer.empty[String]
       val extras =
         OutputFiles.foreachDataFile(fs, new Path(out.toURI))(f => found += f.getPath.getName)
-      assert(found.sorted == Seq(d0.getName, d1.getName).sorted)
+      assert(found.sorted == Seq(d0.getName, d1.getName, d2.getName).sorted)
       val root = fs.makeQualified(new Path(out.getPath))
       assert(extras.links.map(_.toString).sorted ==
         Seq(s"$root/p=1/part-00009-batch-3-x.parquet", s"$root/p=2"))

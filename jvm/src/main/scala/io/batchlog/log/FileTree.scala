@@ -45,7 +45,17 @@ object FileTree {
     if (fs.getScheme == "file") {
       val hidesChecksums = fs.isInstanceOf[ChecksumFileSystem]
       val blockSize = fs.getDefaultBlockSize(qualified)
-      walk(fs, Paths.get(qualified.toUri), blockSize, hidesChecksums, skipDir, onLink, onDir, fn)
+      // by the decoded path: `Paths.get(URI)` refuses a URI with non-ASCII characters
+      walk(
+        fs,
+        Paths.get(qualified.toUri.getPath),
+        blockSize,
+        hidesChecksums,
+        skipDir,
+        onLink,
+        onDir,
+        fn
+      )
     } else {
       val depth = qualified.depth()
       val it = fs.listFiles(qualified, true)

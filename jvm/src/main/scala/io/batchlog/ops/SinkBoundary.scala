@@ -73,7 +73,8 @@ final class SinkBoundary(fs: FileSystem, outputDir: Path) {
   def foreignEntry(e: SinkLogEntry): Option[ForeignEntry] =
     foreignReason(Verify.entryPath(e)).map(ForeignEntry(e.path, e.size, e.batchId, _))
 
-  private def isLink(p: Path): Boolean = Files.isSymbolicLink(Paths.get(p.toUri))
+  // by the decoded path: `Paths.get(URI)` refuses a URI with non-ASCII characters ("Bad escape")
+  private def isLink(p: Path): Boolean = Files.isSymbolicLink(Paths.get(p.toUri.getPath))
 }
 
 object SinkBoundary {
