@@ -139,15 +139,15 @@ def test_crash_mid_rewind_refuses_writes_then_resumes(
     assert f"being rewound to batch {CRASH_TO}" in str(e.value)
     assert rs.snapshot(sink.out, sink.ck) == before
 
-    # (a) the query, given new input so it has batches to write, fails on the half-rewound sink.
-    # After the step 'fence' the rewind holds its claim of the sink's next log id (so a writer
-    # already past its checks cannot publish it): Spark's sink skips that batch id (its input
-    # is read again once the rewind is finished), and the query fails at the next one.
+    # (a) the query, given new input so it has batches to write, fails on the half-rewound sink,
+    # as it starts (HeadStart), before Spark's sink could skip the log id the rewind claimed.
     rs.write_input(sink.inbox, N_BATCHES, rs.id_rows(N_BATCHES))
     rs.write_input(sink.inbox, N_BATCHES + 1, rs.id_rows(N_BATCHES + 1))
+    before = rs.snapshot(sink.out, sink.ck)
     with pytest.raises(StreamingQueryException) as qe:
         rs.run_ids_query(spark, sink.inbox, sink.out, sink.ck, mult=2)
     assert "being rewound" in str(qe.value), str(qe.value)[:3000]
+    assert rs.snapshot(sink.out, sink.ck) == before  # no batch ran, none was skipped
 
     # (b) the same rewind, re-run, finishes the job; the query then writes every row once
     report = batchlog.rewind(spark, str(sink.out), str(sink.ck), CRASH_TO, quiet=True)

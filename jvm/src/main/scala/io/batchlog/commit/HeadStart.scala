@@ -7,7 +7,7 @@ import io.batchlog.shim.CheckpointFileManager
 
 import io.batchlog.BatchLogException
 import io.batchlog.checkpoint.QueryCheckpoint
-import io.batchlog.log.{BatchTaggedFileStreamSinkLog, SinkRecord}
+import io.batchlog.log.{BatchTaggedFileStreamSinkLog, RewindIntent, SinkRecord}
 
 /**
  * Whether a query may start writing a sink, decided before its first batch.
@@ -26,6 +26,9 @@ import io.batchlog.log.{BatchTaggedFileStreamSinkLog, SinkRecord}
  *     the latest is allowed: it is the normal recovery of a query that crashed after its sink
  *     logged batch N and before its checkpoint committed N (Spark re-runs N and the sink skips it);
  *   - the owner is this query: allowed.
+ * Before all that, an unfinished rewind ([[io.batchlog.log.RewindIntent]]) refuses any query: the
+ * rewind claimed the sink's next log id (so that a zombie writer cannot publish it), and Spark's
+ * sink would skip that batch id of a starting query without calling the committer.
  */
 object HeadStart {
 
@@ -43,6 +46,11 @@ object HeadStart {
       try BatchTaggedFileStreamSinkLog.metadataPathOf(spark, output)
       catch { case e: BatchLogException if e.code == BatchLogException.NotASink => return None }
     val fm = CheckpointFileManager.create(meta, spark.sessionState.newHadoopConf())
+    // An unfinished rewind holds a claim of the sink's next log id: Spark's sink would skip that
+    // batch id without calling the committer, which refuses the run at its first batch.
+    RewindIntent.read(fm, meta).foreach { i =>
+      return Some(BatchLogException.rewindInProgress(i.sink, i.toBatch, i.checkpoint))
+    }
     val owner = SinkRecord.read(fm, meta).flatMap(_.owner)
     if (owner.exists(_.queryId == queryId)) return None
     val log = new BatchTaggedFileStreamSinkLog(spark, meta.toString)
