@@ -102,7 +102,8 @@ object BatchLogException {
   def missingLogFile(file: String, why: String): BatchLogException = new BatchLogException(
     MissingLogFile,
     s"Sink log file $file is missing: $why. Restore it from a backup, or run " +
-      "`python -m batchlog repair` to rebuild the log from the data files' batch-tagged names."
+      "`python -m batchlog repair` to rebuild the log from the data files' batch-tagged names " +
+      "(it lays the log out for the interval the sink records, or for every interval)."
   )
 
   def invalidArgument(name: String, value: Any, why: String): BatchLogException =
