@@ -160,7 +160,7 @@ def wait_lease_released(output_dir: Path | str, timeout_s: float = 30.0) -> None
     snapshot the sink right after a query wait for this, so that the lease's removal does not
     land inside the snapshot.
     """
-    lease = Path(output_dir) / "_spark_metadata" / LEASE_FILE
+    lease = Path(output_dir) / "_batchlog" / LEASE_FILE
     wait_until(lambda: not lease.exists(), timeout_s, f"{lease} to go after its query", step=0.02)
 
 

@@ -46,7 +46,6 @@ spark = spark_session  # the module's session fixture
 
 def refusals_change_nothing(spark: SparkSession, out: Path, chk: Path) -> None:
     """Every repair refusal that says "Nothing was changed" left the sink byte-identical."""
-    meta = out / "_spark_metadata"
     before = snapshot(out)
     for bad in (0, -3):
         with pytest.raises(batchlog.InvalidArgumentError) as e:
@@ -55,7 +54,7 @@ def refusals_change_nothing(spark: SparkSession, out: Path, chk: Path) -> None:
         assert snapshot(out) == before
 
     now = int(time.time() * 1000)
-    lease = meta / "batchlog-lease.json"  # a live writer in another process
+    lease = out / "_batchlog" / "batchlog-lease.json"  # a live writer in another process
     lease.write_text(
         json.dumps(
             {
@@ -76,7 +75,7 @@ def refusals_change_nothing(spark: SparkSession, out: Path, chk: Path) -> None:
     assert snapshot(out) == with_lease
     lease.unlink()
 
-    intent = meta / "batchlog-rewind.json"  # an unfinished rewind
+    intent = out / "_batchlog" / "batchlog-rewind.json"  # an unfinished rewind
     intent.write_text(
         json.dumps({"toBatch": 3, "sink": str(out), "checkpoint": str(chk), "startedAtMs": now})
     )
@@ -111,10 +110,10 @@ def test_repair_takes_the_interval_from_the_sink_record(
     assert r["compactInterval"] == 3
     assert r["compactIntervalAssumed"] is False
     assert r["compactIntervalSource"].startswith("the sink record in file:")
-    assert r["compactIntervalSource"].endswith(f"{out.name}/_spark_metadata")
+    assert r["compactIntervalSource"].endswith(f"{out.name}/_batchlog")
     assert [f["name"] for f in r["logFiles"]] == ["2.compact", "5.compact", "6", "7"]
     assert r["movedAside"] and "_spark_metadata.broken-" in r["movedAside"]
-    assert meta_names(out) == {"2.compact", "5.compact", "6", "7", "batchlog-sink.json"}
+    assert meta_names(out) == {"2.compact", "5.compact", "6", "7"}
     assert record(out) == {**rec, "epoch": rec["epoch"] + 1}
     state = check_log(out, 3, junk=RECORDS)
     assert sorted({e["batchId"] for e in state["live"]}) == list(range(8))
@@ -131,33 +130,49 @@ def test_repair_takes_the_interval_from_the_sink_record(
     v = batchlog.verify(spark, str(out))
     assert v["healthy"] is True and v["orphanCount"] == 0, v
 
-    # Log lost again: the record the first repair moved aside still gives the interval.
+    # Log lost again: the record, in _batchlog/, outlives it and gives the interval.
+    shutil.rmtree(meta)
+    with sql_conf(spark, **DEFAULT_INTERVAL):
+        r = batchlog.repair(spark, str(out), quiet=True)
+    assert (r["compactInterval"], r["compactIntervalAssumed"], r["written"]) == (3, False, True)
+    assert r["compactIntervalSource"] == f"the sink record in file:{out}/_batchlog"
+    assert r.get("movedAside") is None
+    assert [f["name"] for f in r["logFiles"]] == ["8.compact", "11.compact"]
+    assert meta_names(out) == {"8.compact", "11.compact"}
+    assert_plain_reads_all(out, inp)
+    assert_batches(spark, out, inp, range(12))
+
+    # A sink of an earlier version: its record only in a log an earlier repair moved aside.
+    old = out / "_spark_metadata.broken-1"
+    old.mkdir()
+    shutil.move(str(out / "_batchlog" / "batchlog-sink.json"), str(old / "batchlog-sink.json"))
     shutil.rmtree(meta)
     with sql_conf(spark, **DEFAULT_INTERVAL):
         r = batchlog.repair(spark, str(out), quiet=True)
     assert (r["compactInterval"], r["compactIntervalAssumed"], r["written"]) == (3, False, True)
     assert re.fullmatch(
-        r"the sink record in file:.*/_spark_metadata\.broken-\d+", r["compactIntervalSource"]
+        r"the sink record in file:.*/_spark_metadata\.broken-1", r["compactIntervalSource"]
     ), r["compactIntervalSource"]
-    assert [f["name"] for f in r["logFiles"]] == ["8.compact", "11.compact"]
-    assert meta_names(out) == {"8.compact", "11.compact", "batchlog-sink.json"}
-    assert_plain_reads_all(out, inp)
-    assert_batches(spark, out, inp, range(12))
+    assert meta_names(out) == {"8.compact", "11.compact"}
+    assert record(out)["compactInterval"] == 3  # written to _batchlog/ again
 
 
-def test_repair_without_a_record_assumes_the_session_interval_unless_told(
+def test_repair_without_a_record_lays_out_for_any_interval_unless_told(
     spark: SparkSession, tmp_path: Path
 ) -> None:
     inp, out, chk = sink_of_8(spark, tmp_path)
     shutil.rmtree(out / "_spark_metadata")
+    shutil.rmtree(out / "_batchlog")  # as a sink of an earlier version lost its record
     before = snapshot(out)
     with sql_conf(spark, **DEFAULT_INTERVAL):
         dry = batchlog.repair(spark, str(out), dry_run=True, quiet=True)
     assert snapshot(out) == before, "a dry run changed something"
     assert (dry["logExists"], dry["needed"], dry["written"]) == (False, True, False)
-    assert dry["compactInterval"] == 10 and dry["compactIntervalAssumed"] is True
+    # one compact file of the newest batch; this session (10) derives 8 from 7.compact
+    assert dry["compactInterval"] == 8 and dry["compactIntervalAssumed"] is True
     assert INTERVAL_KEY in dry["compactIntervalSource"]
-    assert [f["name"] for f in dry["logFiles"]] == [str(b) for b in range(8)]
+    assert "nothing records the query's interval" in dry["compactIntervalSource"]
+    assert [f["name"] for f in dry["logFiles"]] == ["7.compact"]
 
     with sql_conf(spark, **DEFAULT_INTERVAL):
         r = batchlog.repair(spark, str(out), compact_interval=3, quiet=True)
@@ -165,7 +180,7 @@ def test_repair_without_a_record_assumes_the_session_interval_unless_told(
     assert (r["compactInterval"], r["compactIntervalAssumed"]) == (3, False)
     assert r["compactIntervalSource"] == "the compact_interval argument"
     assert [f["name"] for f in r["logFiles"]] == ["2.compact", "5.compact", "6", "7"]
-    assert meta_names(out) == {"2.compact", "5.compact", "6", "7", "batchlog-sink.json"}
+    assert meta_names(out) == {"2.compact", "5.compact", "6", "7"}
     rec = record(out)
     assert (rec["compactInterval"], rec["epoch"], rec["owners"]) == (3, 1, [])
 
@@ -192,7 +207,7 @@ def test_a_wrong_repair_is_found_and_undone_from_the_record(
     inp, out, chk = sink_of_8(spark, tmp_path)
     wrong = batchlog.repair(spark, str(out), force=True, compact_interval=10, quiet=True)
     assert wrong["written"] is True
-    assert meta_names(out) == {str(b) for b in range(8)} | {"batchlog-sink.json"}
+    assert meta_names(out) == {str(b) for b in range(8)}
     assert record(out)["compactInterval"] == 10
 
     # Batch 8 compacts for interval 3 and needs 5.compact, which the wrong layout lacks.

@@ -182,14 +182,14 @@ def test_rewind_is_refused_while_a_query_writes_the_sink(
     with pytest.raises(batchlog.WriterActiveError):
         batchlog.rewind(spark, str(w.out), str(w.chk), 2, dry_run=True, quiet=True)
     assert log_state(w.out, w.chk) == before
-    assert not (w.out / "_spark_metadata" / "batchlog-rewind.json").exists()
+    assert not (w.out / "_batchlog" / "batchlog-rewind.json").exists()
 
     # the writer never noticed: it goes on
     write_input(w.inp, 5, 2, ROWS)
     w.wait_latest(6)
     assert w.stop() == 0, w.output()[-5000:]
     # a query that stops removes its lease: the rewind now goes through, no force needed
-    assert not (w.out / "_spark_metadata" / LEASE).exists()
+    assert not (w.out / "_batchlog" / LEASE).exists()
     batchlog.rewind(spark, str(w.out), str(w.chk), 2, quiet=True)
     run_stream(spark, w.inp, w.out, w.chk)
     assert_sink_exact(spark, w.out, {b: ids_of(range(b, b + 1)) for b in range(7)})
@@ -203,7 +203,7 @@ def test_a_killed_writer_holds_the_sink_until_its_lease_is_stale_or_forced(
     write_input(w.inp, 0, 4, ROWS)
     w.wait_latest(3)
     w.kill()
-    lease = json.loads((w.out / "_spark_metadata" / LEASE).read_text())
+    lease = json.loads((w.out / "_batchlog" / LEASE).read_text())
     assert lease["queryId"] == query_id(w.chk) and lease["timeoutMs"] == 3_600_000
     with pytest.raises(batchlog.WriterActiveError) as e:
         batchlog.rewind(spark, str(w.out), str(w.chk), 1, quiet=True)
@@ -311,10 +311,10 @@ def test_a_second_query_on_the_sink_is_refused_until_it_takes_the_sink_over(
     assert plan["previousOwner"] == a and plan["queryId"] == b and plan["fromBatch"] == 4
     # B has run no batch: Spark's sink will skip its batches 0..3 once it owns the sink
     assert plan["skippedBatches"] == 4 and plan["done"] is False
-    record = json.loads((out / "_spark_metadata" / "batchlog-sink.json").read_text())
+    record = json.loads((out / "_batchlog" / "batchlog-sink.json").read_text())
     assert [o["queryId"] for o in record["owners"]] == [a]
     assert batchlog.takeover(spark, str(out), str(chk_b))["done"] is True
-    record = json.loads((out / "_spark_metadata" / "batchlog-sink.json").read_text())
+    record = json.loads((out / "_batchlog" / "batchlog-sink.json").read_text())
     assert [(o["queryId"], o["fromBatch"]) for o in record["owners"]] == [(a, 0), (b, 4)]
 
     # now A is the one refused ...

@@ -236,11 +236,12 @@ def repair_state(r: RepairReport) -> None:
 
 def repair_plan(r: RepairReport, dry_run: bool) -> None:
     """The plan of a repair that rebuilds the log."""
-    assumed = " -- ASSUMED" if r.compact_interval_assumed else ""
-    print(
-        f"compaction      every {r.compact_interval} batches "
-        f"(from {r.compact_interval_source}){assumed}"
-    )
+    if r.compact_interval_assumed:
+        print(f"compaction      {r.compact_interval_source}")
+    else:
+        print(
+            f"compaction      every {r.compact_interval} batches (from {r.compact_interval_source})"
+        )
     if r.rewind_in_progress is not None:
         print(
             f"rewind          unfinished, to batch {r.rewind_in_progress}: finish it first "
@@ -280,7 +281,7 @@ def repair_runs(r: RepairReport, dry_run: bool) -> None:
 
 def repair_outcome(r: RepairReport) -> None:
     if r.moved_aside:
-        print(f"\nthe damaged log was moved to {r.moved_aside}")
+        print(f"\nthe old log files were copied to {r.moved_aside}")
     if r.written:
         print("done: restart the query with its checkpoint.")
 

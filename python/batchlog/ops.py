@@ -280,21 +280,24 @@ def repair(
 ) -> RepairReport:
     """Rebuilds a lost or damaged ``_spark_metadata`` from the data files' batch-tagged names.
 
-    Does nothing when the log is healthy (unless ``force``). A damaged log is renamed to
-    ``_spark_metadata.broken-<ts>``, never deleted. Files without a batch in their name are
-    reported (``untagged``) and left out. Stop the query first (``force`` also overrides a live
-    writer lease); restart it with its checkpoint afterwards. ``written`` tells whether a new
-    log was written.
+    Does nothing when the log is healthy (unless ``force``). The old log files are copied to
+    ``_spark_metadata.broken-<ts>`` (``moved_aside``), never deleted, and replaced file by file:
+    ``_spark_metadata`` never disappears. Files without a batch in their name are reported
+    (``untagged``) and left out. Stop the query first (``force`` also overrides a live writer
+    lease); restart it with its checkpoint afterwards. ``written`` tells whether a new log was
+    written.
 
     The new log is laid out for the query's compact interval: ``compact_interval`` if given,
-    else the one the sink records (``compact_interval_source`` says where it came from;
-    ``compact_interval_assumed`` is true when nothing recorded it and the session's setting was
-    used). When the only problems are damaged compact-file indexes (``indexes_only``), exactly
-    those are rewritten from their compact files instead (``indexes_rewritten``; none with
-    ``dry_run``). When the only problems are damaged runs of compact files (``runs_only``),
-    exactly those batches' entries are restored, from their batch files or the data files named
-    with their batch, and the damaged file is kept in ``_spark_metadata.damaged-<ts>``
-    (``runs_restored``, each with its source; with ``dry_run``, what would be restored).
+    else the one the sink records (``compact_interval_source`` says where it came from). When
+    nothing tells it (``compact_interval_assumed``), the new log is one compact file of the
+    newest batch, which a query of any interval reads and continues (``compact_interval`` is
+    then the one this session derives from it), and no interval is recorded. When the only
+    problems are damaged compact-file indexes (``indexes_only``), exactly those are rewritten
+    from their compact files instead (``indexes_rewritten``; none with ``dry_run``). When the
+    only problems are damaged runs of compact files (``runs_only``), exactly those batches'
+    entries are restored, from their batch files or the data files named with their batch, and
+    the damaged file is kept in ``_spark_metadata.damaged-<ts>`` (``runs_restored``, each with
+    its source; with ``dry_run``, what would be restored).
     """
     return repair_action(spark, sink_path, force, compact_interval).execute(dry_run, quiet)
 

@@ -134,7 +134,8 @@ object BatchLogException {
   def missingLogFile(file: String, why: String): BatchLogException = new BatchLogException(
     MissingLogFile,
     s"Sink log file $file is missing: $why. Restore it from a backup, or run " +
-      "`python -m batchlog repair` to rebuild the log from the data files' batch-tagged names."
+      "`python -m batchlog repair` to rebuild the log from the data files' batch-tagged names " +
+      "(it lays the log out for the interval the sink records, or for every interval)."
   )
 
   def invalidArgument(name: String, value: Any, why: String): BatchLogException =
@@ -211,7 +212,7 @@ object BatchLogException {
     new BatchLogException(
       WriterActive,
       s"A streaming query is writing to $sink: $writer, whose writer lease " +
-        s"(${sink.stripSuffix("/")}/_spark_metadata/batchlog-lease.json) is refreshed every " +
+        s"(${sink.stripSuffix("/")}/_batchlog/batchlog-lease.json) is refreshed every " +
         s"${math.max(1L, timeoutMs / 4000)} s while it runs and removed when it stops, $seen. " +
         "Stop that query first."
     )

@@ -122,7 +122,7 @@ class LeaseWatchSuite extends SparkSessionTestBase {
       assert(SinkRecord.read(fm, meta).contains(bumped)) // the bump was not undone
       assert(JsonRecordFile.isRecordName(SinkRecord.versionPath(meta, 2L).getName))
       // only the claim of the latest version is kept
-      val dir = new File(meta.toUri)
+      val dir = new File(SinkRecord.path(meta).getParent.toUri)
       assert(dir.list().filter(_.startsWith("batchlog-sink")).toSet ==
         Set("batchlog-sink.json", "batchlog-sink.2.json"))
     }

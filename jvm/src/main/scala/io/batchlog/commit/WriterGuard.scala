@@ -88,6 +88,7 @@ final class WriterGuard private (
 
   private def firstBatch(batchId: Long): Unit = {
     refuseUnfinishedRewind()
+    SinkRecord.migrate(fm, meta) // a sink last written before records moved to _batchlog/
     val now = clock.currentTimeMillis()
     val record = this.record.read() match {
       case None => claim(batchId, None, SinkRecord.first(queryId, batchId, log.interval, now))

@@ -278,7 +278,8 @@ class BatchTaggedFileStreamSinkLog(
     else fileManager.list(metadataPath, batchFilesFilter).sortBy(f => pathToBatchId(f.getPath))
 
   /** Why a reader opens log file `logBatchId`: the end of the error if it is missing. */
-  private[log] def readWhy(logBatchId: Long): String = s"the log needs it to read batch $logBatchId"
+  private[log] def readWhy(logBatchId: Long): String =
+    s"the log needs it to read batch $logBatchId at compact interval $compactInterval"
 
   /** Fails with a clear error unless log file `logBatchId` starts with the `v1` header. */
   def checkHeader(logBatchId: Long): Unit = {

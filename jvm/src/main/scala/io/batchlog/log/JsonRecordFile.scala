@@ -15,12 +15,25 @@ import io.batchlog.Compat
 import io.batchlog.Compat._
 
 /**
- * A small JSON record batchlog keeps beside the log in `_spark_metadata/` (the rewind intent, the
- * sink record, the writer lease). Its name is not a number, so Spark's log ignores it. Written
- * atomically through the log's `CheckpointFileManager` (readers see the old or the new record,
- * never a part); read with one `open` (a missing file is `None`, no separate existence probe).
+ * A small JSON record batchlog keeps about a sink (the rewind intent, the sink record, the writer
+ * lease), in `<output>/_batchlog/` ([[RecordDir]]): beside the log, not in it, so that deleting
+ * `_spark_metadata` (the usual reaction to a broken log) does not take the records along, and
+ * `repair` still knows the query's compact interval and owner. Spark's file index skips every name
+ * starting with `_`, so readers of the output never see them. Written atomically through the log's
+ * `CheckpointFileManager` (readers see the old or the new record, never a part); read with one
+ * `open` (a missing file is `None`, no separate existence probe).
+ *
+ * Sinks written by earlier versions keep their records in `_spark_metadata/` itself: a read looks
+ * there only when the record is missing from `_batchlog/`, and the next write of a record moves it
+ * (writes the new place, then removes the old), so a migrated sink costs no extra request.
  */
 object JsonRecordFile {
+
+  /** The directory of batchlog's records, under the sink's output directory. */
+  val RecordDir = "_batchlog"
+
+  /** `<output>/_batchlog` for the log `<output>/_spark_metadata`. */
+  def recordDir(metadataPath: Path): Path = new Path(metadataPath.getParent, RecordDir)
 
   /** True for the name of one of batchlog's records (not a log file, not an index). */
   def isRecordName(name: String): Boolean = name.startsWith("batchlog-") && name.endsWith(".json")
@@ -37,10 +50,26 @@ object JsonRecordFile {
 class JsonRecordFile[T <: AnyRef: Manifest](val fileName: String) {
   implicit private val formats: Formats = DefaultFormats
 
-  def path(metadataPath: Path): Path = new Path(metadataPath, fileName)
+  /** Where the record of the sink whose log is `metadataPath` lives: `<output>/_batchlog/`. */
+  def path(metadataPath: Path): Path = new Path(JsonRecordFile.recordDir(metadataPath), fileName)
 
+  /** Where versions before `_batchlog/` kept it: in the log directory itself. */
+  def legacyPath(metadataPath: Path): Path = new Path(metadataPath, fileName)
+
+  /** The record: from `_batchlog/`, else (a sink not written since an upgrade) the old place. */
   def read(fm: CheckpointFileManager, metadataPath: Path): Option[T] =
-    readFile(fm, path(metadataPath))
+    readWithPath(fm, metadataPath).map(_._1)
+
+  /** [[read]], with the file it was read from. */
+  def readWithPath(fm: CheckpointFileManager, metadataPath: Path): Option[(T, Path)] =
+    Seq(path(metadataPath), legacyPath(metadataPath)).iterator
+      .flatMap(p => readFile(fm, p).map(_ -> p)).firstOption
+
+  /** The record as an earlier version kept it in the log directory `dir` (or a copy of one). */
+  def readIn(fm: CheckpointFileManager, dir: Path): Option[(T, Path)] = {
+    val p = new Path(dir, fileName)
+    readFile(fm, p).map(_ -> p)
+  }
 
   /** The record in file `p` (a missing file is `None`). */
   protected def readFile(fm: CheckpointFileManager, p: Path): Option[T] = {
@@ -67,12 +96,45 @@ class JsonRecordFile[T <: AnyRef: Manifest](val fileName: String) {
         )
     }
 
-  def write(fm: CheckpointFileManager, metadataPath: Path, record: T): Unit =
-    LogFiles.publish(fm, path(metadataPath), overwrite = true)(_.write(bytes(record)))
+  /**
+   * Replaces the record (atomically) in `_batchlog/`, creating the directory if it is missing, and
+   * removes a copy in the old place (once per log and JVM: a lease written every few seconds does
+   * not pay a delete each time).
+   */
+  def write(fm: CheckpointFileManager, metadataPath: Path, record: T): Unit = {
+    val p = path(metadataPath)
+    def publish(): Unit = LogFiles.publish(fm, p, overwrite = true)(_.write(bytes(record)))
+    try publish()
+    catch {
+      case e: java.io.IOException if !fm.exists(p.getParent) =>
+        fm.mkdirs(p.getParent)
+        publish()
+    }
+    val legacy = legacyPath(metadataPath)
+    if (migrated.add(legacy.toString)) fm.delete(legacy)
+  }
 
   protected def bytes(record: T): Array[Byte] = Serialization.write(record).getBytes(UTF_8)
 
-  def delete(fm: CheckpointFileManager, metadataPath: Path): Unit = fm.delete(path(metadataPath))
+  /**
+   * Moves a record an earlier version left in `_spark_metadata/` to `_batchlog/` (a writer's first
+   * batch: from then on, its per-commit read finds the record at the first try). One request when
+   * there is nothing to move.
+   */
+  def migrate(fm: CheckpointFileManager, metadataPath: Path): Unit =
+    if (!fm.exists(path(metadataPath))) readFile(fm, legacyPath(metadataPath)).foreach { r =>
+      write(fm, metadataPath, r)
+      fm.delete(legacyPath(metadataPath))
+    }
+
+  /** Old-place paths this JVM has removed after writing the new place. */
+  private val migrated = java.util.concurrent.ConcurrentHashMap.newKeySet[String]()
+
+  /** Removes the record, in both places. */
+  def delete(fm: CheckpointFileManager, metadataPath: Path): Unit = {
+    fm.delete(path(metadataPath))
+    fm.delete(legacyPath(metadataPath))
+  }
 
   /**
    * Reads the record again and again (a writer's check before each commit). On a store whose file
@@ -81,27 +143,36 @@ class JsonRecordFile[T <: AnyRef: Manifest](val fileName: String) {
    * is compared with the one of the last read, and the file is read only when it differs. A record
    * changes only by being replaced whole ([[write]]), which gives it a new ETag. (A read through a
    * remembered status would spare even that request, but S3A's analytics stream may then serve the
-   * old bytes from its cache.) Elsewhere a plain read each time. A missing record is `None`.
+   * old bytes from its cache.) Elsewhere a plain read each time. A record missing from `_batchlog/`
+   * is looked for in the old place (a sink not migrated yet); missing there too, `None`.
    */
   final class Watched(fs: FileSystem, metadataPath: Path) {
     private val p = fs.makeQualified(path(metadataPath))
+    private val legacy = fs.makeQualified(legacyPath(metadataPath))
+
+    def read(): Option[T] = readNew().getOrElse {
+      try parse(legacy, readText(fs.open(legacy)))
+      catch { case _: FileNotFoundException => None }
+    }
+
     private val etags =
       try fs.hasPathCapability(p, "fs.capability.etags.available")
       catch { case _: Exception => false }
     @volatile private var last: Option[(FileStatus, Option[T])] = None
 
-    def read(): Option[T] =
+    /** The record in `_batchlog/`; None if it is missing there. */
+    private def readNew(): Option[Option[T]] =
       try {
-        if (!etags) parse(p, readText(fs.open(p)))
+        if (!etags) Some(parse(p, readText(fs.open(p))))
         else {
           val st = fs.getFileStatus(p)
           last match {
-            case Some((seen, record)) if JsonRecordFile.sameVersion(seen, st) => record
+            case Some((seen, record)) if JsonRecordFile.sameVersion(seen, st) => Some(record)
             case _ =>
               val record =
                 parse(p, readText(FutureIO.awaitFuture(fs.openFile(p).withFileStatus(st).build())))
               last = Some((st, record))
-              record
+              Some(record)
           }
         }
       } catch { case _: FileNotFoundException => last = None; None }

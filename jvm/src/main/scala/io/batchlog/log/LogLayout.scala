@@ -113,4 +113,25 @@ object LogLayout {
       )
     }
   }
+
+  /**
+   * Why the log in `dir` does not read at every compact interval, if it does not. It does when its
+   * interval is fixed by the log itself: two compact files or more (their gap; the layout must fit
+   * it, see [[misfit]]), or one, of its newest batch (every interval derived from `L.compact`
+   * divides L+1, see `deriveCompactInterval`). A log ending in a batch file with fewer than two
+   * compact files reads only at the intervals of the query that wrote it.
+   */
+  def misfitAnyInterval(fm: CheckpointFileManager, dir: Path): Option[String] = {
+    val compacts = compactIds(fm, dir)
+    listIds(fm, dir).lastOption.flatMap { latest =>
+      if (compacts.length >= 2) {
+        misfit(fm, dir, derivedInterval(compacts, 1), "its two newest compact files'")
+      } else if (compacts == Seq(latest)) None
+      else Some(
+        s"the log ends in batch file $latest with ${compacts.length} compact file(s), so its " +
+          "compact interval cannot be told from it, and nothing records the query's: a query or " +
+          "reader of another interval than the writer's fails on it"
+      )
+    }
+  }
 }

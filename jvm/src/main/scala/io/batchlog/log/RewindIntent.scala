@@ -1,10 +1,10 @@
 package io.batchlog.log
 
 /**
- * The record a rewind writes into the sink's `_spark_metadata/` before it changes anything, and
- * removes as its last step. While it exists a re-run of the same rewind resumes and finishes the
- * job, any other rewind is refused, and [[io.batchlog.BatchTaggedCommitProtocol]] refuses to commit
- * to the sink.
+ * The record a rewind writes into the sink's `_batchlog/` before it changes anything, and removes
+ * as its last step. While it exists a re-run of the same rewind resumes and finishes the job, any
+ * other rewind is refused, and [[io.batchlog.BatchTaggedCommitProtocol]] refuses to commit to the
+ * sink.
  */
 final case class RewindIntent(toBatch: Long, sink: String, checkpoint: String, startedAtMs: Long)
 

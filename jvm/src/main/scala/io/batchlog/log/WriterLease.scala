@@ -1,7 +1,7 @@
 package io.batchlog.log
 
 /**
- * The lease of the query writing a sink now, `_spark_metadata/batchlog-lease.json`. The writer's
+ * The lease of the query writing a sink now, `<output>/_batchlog/batchlog-lease.json`. The writer's
  * driver refreshes it every `timeoutMs / 4` while the query runs and removes it when the query
  * stops ([[io.batchlog.commit.WriterGuard]]). Each refresh writes a new version: `refreshes` counts
  * them, so a refresh changes the record even when the writer's wall clock stands still or goes

@@ -6,43 +6,55 @@ import org.apache.hadoop.fs.{FileStatus, FileSystem, Path}
 
 import org.apache.spark.sql.SparkSession
 import io.batchlog.shim.CheckpointFileManager
-import io.batchlog.shim.SinkFileStatus
 
 import io.batchlog.{BatchLogConf, BatchLogException}
 import io.batchlog.Compat._
 import io.batchlog.log.{
   BatchTaggedFileStreamSinkLog,
   DataFileNaming,
-  LogFiles,
-  LogFormat,
   LogLayout,
+  RepairIntent,
   RewindIntent,
-  SinkLogEntry,
   SinkRecord
 }
+import io.batchlog.shim.CompactibleFileStreamLog.deriveCompactInterval
 
 /**
  * Rebuilds a lost or damaged `_spark_metadata` from the data files' batch-tagged names
  * (`part-<split>-batch-<N>-<uuid>...`) and their sizes.
  *
- * The new log must be one the restarting query reads, so it is laid out for the query's compact
- * interval, taken from (first that exists): the `compact_interval` argument; the sink's record
- * (`batchlog-sink.json`, where the writing query keeps its interval) in the damaged log or in the
- * newest `_spark_metadata.broken-*` a previous repair left; the compact files there (Spark's own
- * rule); else the session's `compactInterval`, reported as assumed. With M the highest batch found
- * and C the highest compaction batch <= M, the new log holds `(C - interval).compact` and
- * `C.compact` (each with the files of the batches up to it), then `C+1` ... `M` (each batch's
- * files, empty when a batch wrote none): two compact files, so that Spark and batchlog derive the
- * interval from the log itself whatever their session's default, as Spark's own cleanup leaves it.
- * Its record keeps the interval and the owner, with the epoch moved on so that a writer still
+ * The new log must be one the restarting query reads and continues. With M the newest batch (of the
+ * data files, or of the log files still in `_spark_metadata`, whichever is newer):
+ *
+ *   - when the query's compact interval is known, the log is laid out for it. It is known from
+ *     (first that exists): the `compact_interval` argument; the sink's record
+ *     (`_batchlog/batchlog-sink.json`, where the writing query keeps its interval; for sinks of
+ *     earlier versions in the damaged log or in the newest `_spark_metadata.broken-*` a previous
+ *     repair left); two compact files there (their gap, Spark's own rule). With C the highest
+ *     compaction batch <= M, the new log holds `(C - interval).compact` and `C.compact` (each with
+ *     the files of the batches up to it), then `C+1` ... `M` (each batch's files, empty when a
+ *     batch wrote none): two compact files, so that Spark and batchlog derive the interval from the
+ *     log itself whatever their session's default, as Spark's own cleanup leaves it;
+ *   - when it is not, the new log is one file, `M.compact`, holding every file. A log whose only
+ *     compact file is `M.compact` reads and continues at every configured interval: Spark
+ *     (`CompactibleFileStreamLog.compactInterval`, and batchlog's log, which is one) then takes the
+ *     interval from that file, `deriveCompactInterval(configured, M)`, which always divides M+1
+ *     (M+1 itself if it is at most the configured one, else the smallest divisor of M+1 from the
+ *     configured one up to (M+1)/2, else M+1), so M is a compaction batch, a read of M reads
+ *     `M.compact` alone, and the next compaction (M + interval) reads `M.compact` and the batch
+ *     files after it. Nothing is recorded as the query's interval: the restarted query records the
+ *     one it derives. (The interval may come out larger than the configured one, M+1 at worst.)
+ *
+ * The record keeps the interval and the owner, with the epoch moved on so that a writer still
  * running against the old log fails before it commits.
  *
  * Files whose names carry no batch are reported and left out (never guessed). Only files inside the
  * output named as data files count ([[OutputFiles]]: no link followed, no user file or checkpoint
  * taken for data); a log naming files outside the output ([[SinkBoundary]]) is unhealthy and its
- * rebuild leaves them out, touching nothing outside. The new log is written beside the old one and
- * then swapped in: the damaged `_spark_metadata` is renamed to `_spark_metadata.broken-<ts>`
- * (hidden from Spark, like every `_` name), never deleted. Stop the query first.
+ * rebuild leaves them out, touching nothing outside. The new log replaces the old one file by file
+ * inside `_spark_metadata`, which never disappears ([[RepairSwap]]); the old log files are copied
+ * to `_spark_metadata.broken-<ts>` (hidden from Spark, like every `_` name) first, never deleted.
+ * Stop the query first.
  *
  * A log whose only problems are damaged index files (`N.compact.index`, see [[Verify]]) is not
  * rebuilt: exactly those indexes are rewritten from a scan of their compact files (atomically), and
@@ -58,7 +70,11 @@ import io.batchlog.log.{
  */
 object Repair {
 
-  /** The compact interval the new log is laid out for, and where it comes from. */
+  /**
+   * The compact interval the new log is laid out for, and where it comes from. `assumed`: nothing
+   * tells the query's interval; the new log is then laid out for every interval (one compact file)
+   * and `interval` is the one this session derives from it.
+   */
   final case class IntervalChoice(interval: Int, source: String, assumed: Boolean)
 
   final case class Plan(
@@ -75,15 +91,22 @@ object Repair {
       suspectBatches: Seq[Long],
       indexProblems: Seq[IndexProblem] = Nil,
       damagedRuns: Seq[DamagedRun] = Nil,
-      restores: Seq[Either[String, RestoreRuns.Restore]] = Nil
+      restores: Seq[Either[String, RestoreRuns.Restore]] = Nil,
+      loggedLatest: Long = -1L
   ) {
-    val latestBatch: Long = if (files.isEmpty) -1L else files.map(_._1).max
+
+    /**
+     * The newest batch: of the data files, or of the log files left in `_spark_metadata` (a batch
+     * that wrote no file was committed all the same; the query goes on after it).
+     */
+    val latestBatch: Long = math.max(loggedLatest, if (files.isEmpty) -1L else files.map(_._1).max)
 
     def compactInterval: Int = interval.interval
 
     /** Log files to write, oldest first: (log batch id, is compact, entries). */
     def logFiles: Seq[(Long, Boolean, Seq[(Long, FileStatus)])] = {
       if (latestBatch < 0) return Nil
+      if (interval.assumed) return Seq((latestBatch, true, files.sortBy(_._1)))
       val compacts = LogLayout.lastCompactions(latestBatch, compactInterval, 2)
       val afterCompact = compacts.lastOption.getOrElse(-1L) + 1
       val byBatch = files.groupBy(_._1)
@@ -92,6 +115,18 @@ object Repair {
     }
 
     def needed: Boolean = !logExists || !logHealthy
+
+    /**
+     * The sink record after the repair: the epoch moved on, and the interval the log is laid out
+     * for, if it is known; none if there was none and the interval is not known (nothing to fence,
+     * and no guess to record).
+     */
+    def newRecord: Option[SinkRecord] =
+      if (interval.assumed) record.map(r => r.copy(epoch = r.epoch + 1))
+      else {
+        val r = record.getOrElse(SinkRecord(SinkRecord.Version, compactInterval, 0L, Nil))
+        Some(r.copy(compactInterval = compactInterval, epoch = r.epoch + 1))
+      }
 
     /** The log is sound but for damaged indexes: rewriting them is the whole repair. */
     def indexesOnly: Boolean =
@@ -153,7 +188,7 @@ object Repair {
     )
   }
 
-  private val BrokenPrefix = s"${BatchTaggedFileStreamSinkLog.MetadataDir}.broken-"
+  private[ops] val BrokenPrefix = s"${BatchTaggedFileStreamSinkLog.MetadataDir}.broken-"
 
   /** The damaged log and the logs earlier repairs moved aside, newest first. */
   private def surviving(fs: FileSystem, sink: Path, meta: Path): Seq[Path] = {
@@ -163,30 +198,43 @@ object Repair {
     (if (fs.exists(meta) && fs.getFileStatus(meta).isDirectory) Seq(meta) else Nil) ++ broken
   }
 
+  /**
+   * The query's interval, if anything tells it (see [[Repair]]); else the one this session derives
+   * from a log ending in `latest.compact`, marked `assumed`. One compact file alone does not tell
+   * the interval (any divisor of its batch + 1 fits it).
+   */
   private def chooseInterval(
       spark: SparkSession,
       dirs: Seq[Path],
       record: Option[(SinkRecord, Path)],
-      requested: Option[Int]
+      requested: Option[Int],
+      latest: => Long
   ): IntervalChoice = {
     val default = BatchLogConf.sinkLogSettings(spark).compactInterval
+    val hadoopConf = spark.sessionState.newHadoopConf()
     requested.map(i => IntervalChoice(i, "the compact_interval argument", assumed = false))
-      .orElse(record.map { case (r, dir) =>
-        IntervalChoice(r.compactInterval, s"the sink record in $dir", assumed = false)
+      .orElse(record.map { case (r, file) =>
+        IntervalChoice(r.compactInterval, s"the sink record in ${file.getParent}", assumed = false)
       })
       .orElse(dirs.iterator.flatMap { dir =>
-        val hadoopConf = spark.sessionState.newHadoopConf()
-        val fm = CheckpointFileManager.create(dir, hadoopConf)
-        LogLayout.intervalOf(fm, dir, default)._2.map(i =>
-          IntervalChoice(i, s"the compact files in $dir", assumed = false)
-        )
+        val ids = LogLayout.compactIds(CheckpointFileManager.create(dir, hadoopConf), dir)
+        if (ids.length < 2) None
+        else Some(IntervalChoice(
+          LogLayout.derivedInterval(ids, default),
+          s"the compact files in $dir",
+          assumed = false
+        ))
       }.firstOption)
-      .getOrElse(IntervalChoice(
-        default,
-        s"the session's ${BatchLogConf.CompactIntervalKey} (nothing in the sink records its " +
-          "query's interval: if the query runs with another, repair again with compact_interval)",
-        assumed = true
-      ))
+      .getOrElse {
+        val m = math.max(latest, 0L)
+        IntervalChoice(
+          deriveCompactInterval(default, m.toInt),
+          s"nothing records the query's interval: the new log is one compact file, $m.compact, " +
+            s"that a query of any interval reads and continues (this session's " +
+            s"${BatchLogConf.CompactIntervalKey} of $default makes it this)",
+          assumed = true
+        )
+      }
   }
 
   /** Plans a repair from the output directory and what is left of the log, changing nothing. */
@@ -211,19 +259,39 @@ object Repair {
     val logExists = fs.exists(meta)
     val dirs = surviving(fs, sink, meta)
     def fmOf(dir: Path) = CheckpointFileManager.create(dir, hadoopConf)
-    val record = dirs.iterator.flatMap { dir =>
-      scala.util.Try(SinkRecord.read(fmOf(dir), dir)).toOption.flatten.map(_ -> dir)
-    }.firstOption
-    val interval = chooseInterval(spark, dirs, record, compactInterval)
+    // `_batchlog/`, else the damaged log (a sink of an earlier version), else a moved-aside log
+    val liveRecord = scala.util.Try(SinkRecord.readWithPath(fmOf(meta), meta)).toOption.flatten
+    val record = liveRecord.orElse(dirs.filterNot(_ == meta).iterator.flatMap { dir =>
+      scala.util.Try(SinkRecord.readIn(fmOf(dir), dir)).toOption.flatten
+    }.firstOption)
 
     val problems = mutable.ArrayBuffer.empty[String]
-    var intent: Option[RewindIntent] = None
+    val intent = scala.util.Try(RewindIntent.read(fmOf(meta), meta)).toOption.flatten
+    RepairIntent.read(fmOf(meta), meta).foreach { r =>
+      problems += s"a repair started at ${new java.sql.Timestamp(r.startedAtMs)} did not finish " +
+        s"(it copied the old log files to ${r.movedAside}): repairing again finishes it"
+    }
+    val loggedLatest =
+      if (logExists && fs.getFileStatus(meta).isDirectory) {
+        LogLayout.listIds(fmOf(meta), meta).lastOption.getOrElse(-1L)
+      } else -1L
+    val files = mutable.ArrayBuffer.empty[(Long, FileStatus)]
+    val untagged = mutable.ArrayBuffer.empty[FileStatus]
+    OutputFiles.foreachDataFile(fs, sink) { f =>
+      DataFileNaming.batchIdOf(f.getPath.getName) match {
+        case Some(b) => files += ((b, f))
+        case None => untagged += f
+      }
+    }
+    val sorted = files.sortBy(f => (f._1, f._2.getPath.toString)).toSeq
+    val latest = math.max(loggedLatest, sorted.lastOption.map(_._1).getOrElse(-1L))
+    val interval = chooseInterval(spark, dirs, record, compactInterval, latest)
+
     var indexProblems: Seq[IndexProblem] = Nil
     var damagedRuns: Seq[DamagedRun] = Nil
     if (logExists) {
       if (!fs.getFileStatus(meta).isDirectory) problems += s"$meta is not a directory"
       else {
-        intent = scala.util.Try(RewindIntent.read(fmOf(meta), meta)).toOption.flatten
         val report = Verify.run(spark, sinkPath)
         problems ++= report.logErrors
         if (report.missingCount > 0) problems += s"${report.missingCount} logged files missing"
@@ -237,23 +305,26 @@ object Repair {
           problems += s"${report.foreignCount} logged files are not inside the output directory " +
             s"(${f.path}: ${f.reason}); the rebuilt log leaves them out"
         }
-        if (!record.exists(_._2 == meta) || compactInterval.isDefined) {
-          problems ++= LogLayout.misfit(fmOf(meta), meta, interval.interval, interval.source)
+        // (Verify has judged the layout by the record it reads, the one found here first.)
+        // Without a known interval, it must read at every interval (the error of a reader of
+        // another one sends its user here), unless untagged files, which a rebuilt log would
+        // leave out, make a rebuild lose more than it mends: then at this session's.
+        if (liveRecord.isEmpty || compactInterval.isDefined) {
+          problems ++= (
+            if (!interval.assumed) {
+              LogLayout.misfit(fmOf(meta), meta, interval.interval, interval.source)
+            } else if (untagged.isEmpty) LogLayout.misfitAnyInterval(fmOf(meta), meta)
+            else {
+              val default = BatchLogConf.sinkLogSettings(spark).compactInterval
+              val i = LogLayout.intervalOf(fmOf(meta), meta, default)._2.getOrElse(default)
+              LogLayout.misfit(fmOf(meta), meta, i, "this session's")
+            }
+          )
         }
         indexProblems = report.indexProblems
         damagedRuns = report.damagedRuns
       }
     }
-
-    val files = mutable.ArrayBuffer.empty[(Long, FileStatus)]
-    val untagged = mutable.ArrayBuffer.empty[FileStatus]
-    OutputFiles.foreachDataFile(fs, sink) { f =>
-      DataFileNaming.batchIdOf(f.getPath.getName) match {
-        case Some(b) => files += ((b, f))
-        case None => untagged += f
-      }
-    }
-    val sorted = files.sortBy(f => (f._1, f._2.getPath.toString)).toSeq
     if (
       logExists && problems.isEmpty && sorted.nonEmpty &&
       LogLayout.listIds(fmOf(meta), meta).isEmpty
@@ -284,7 +355,8 @@ object Repair {
       suspect,
       indexProblems,
       damagedRuns,
-      restores
+      restores,
+      loggedLatest
     )
   }
 
@@ -321,87 +393,22 @@ object Repair {
         p.intent.foreach(i =>
           throw BatchLogException.rewindInProgress(i.sink, i.toBatch, i.checkpoint)
         )
-        if (p.logExists) {
-          WriterFence.refuseLiveWriter(
-            CheckpointFileManager.create(p.metadataPath, hadoopConf),
-            p.metadataPath,
-            force,
-            BatchLogConf.fenceWaitMs(spark)
-          )
-        }
+        // the lease lives in _batchlog/: it outlives a deleted log
+        WriterFence.refuseLiveWriter(
+          CheckpointFileManager.create(p.metadataPath, hadoopConf),
+          p.metadataPath,
+          force,
+          BatchLogConf.fenceWaitMs(spark)
+        )
       }
     }
     if (p.runsOnly && !force) return restoreRuns(spark, p, dryRun)
     if (p.indexesOnly && !force) return rewriteIndexes(spark, p, dryRun)
     if (dryRun || (!p.needed && !force)) return p.report(dryRun)
     val progress = new Progress("repair: log files", quiet)
-    val fs = p.sink.getFileSystem(hadoopConf)
-    val ts = System.currentTimeMillis()
-    val staging = new Path(p.sink, s"${BatchTaggedFileStreamSinkLog.MetadataDir}.repair-$ts")
-    try writeLog(p, CheckpointFileManager.create(staging, hadoopConf), staging, progress)
-    catch {
-      case e: Throwable =>
-        val removed = scala.util.Try(fs.delete(staging, true)).getOrElse(false)
-        val what =
-          if (removed) s"${BatchLogException.NothingChanged} (the partial new log was removed)"
-          else s"Nothing in ${p.metadataPath} was changed; the partial new log $staging is left " +
-            "and can be deleted."
-        throw wrap(e, what)
-    }
-    val aside =
-      if (p.logExists) {
-        val broken = new Path(p.sink, s"$BrokenPrefix$ts")
-        if (!fs.rename(p.metadataPath, broken)) {
-          fs.delete(staging, true)
-          throw new java.io.IOException(
-            s"Could not rename ${p.metadataPath} to $broken. ${BatchLogException.NothingChanged}"
-          )
-        }
-        Some(broken)
-      } else None
-    if (!fs.rename(staging, p.metadataPath)) {
-      val restored =
-        aside.exists(b => scala.util.Try(fs.rename(b, p.metadataPath)).getOrElse(false))
-      throw new java.io.IOException(
-        s"Could not rename $staging to ${p.metadataPath}. " +
-          (if (restored || aside.isEmpty)
-             s"The old log is in place; the new log is left in $staging."
-           else s"The old log is in ${aside.get} and the new log in $staging: rename the new " +
-             s"one to ${p.metadataPath} to finish.")
-      )
-    }
-    aside.foreach(b => progress.note(s"the damaged log was moved to $b"))
+    val aside = RepairSwap.run(hadoopConf, p, p.newRecord, progress)
+    aside.foreach(b => progress.note(s"the old log files were copied to $b"))
     p.report(dryRun, written = true, movedAside = aside)
-  }
-
-  /** The new log and its record into `dir`. */
-  private def writeLog(p: Plan, fm: CheckpointFileManager, dir: Path, progress: Progress): Unit = {
-    fm.mkdirs(dir)
-    val toWrite = p.logFiles
-    toWrite.zipWithIndex.foreach { case ((id, isCompact, entries), i) =>
-      LogFiles.writeAtomic(
-        fm,
-        new Path(dir, LogLayout.fileName(id, isCompact)),
-        overwrite = false
-      ) {
-        w =>
-          entries.foreach { case (b, f) =>
-            LogFiles.writeLine(w, LogFormat.encode(SinkLogEntry(SinkFileStatus(f), b)))
-          }
-      }
-      progress.step(i + 1, toWrite.length)
-    }
-    val record = p.record.getOrElse(SinkRecord(SinkRecord.Version, p.compactInterval, 0L, Nil))
-    SinkRecord.write(
-      fm,
-      dir,
-      record.copy(compactInterval = p.compactInterval, epoch = record.epoch + 1)
-    )
-  }
-
-  private def wrap(e: Throwable, outcome: String): Throwable = e match {
-    case b: BatchLogException => b.withOutcome(outcome)
-    case other => new java.io.IOException(s"${other.getMessage} $outcome", other)
   }
 
   /**
