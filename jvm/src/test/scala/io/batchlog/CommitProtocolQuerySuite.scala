@@ -94,7 +94,7 @@ class CommitProtocolQuerySuite extends SparkSessionTestBase {
   /** Data files on disk under `out` (not metadata, checksums or markers), as local paths. */
   private def dataFiles(out: File): Set[String] = {
     def walk(f: File): Seq[File] =
-      if (f.isDirectory) f.listFiles().toSeq.filterNot(_.getName == "_spark_metadata").flatMap(walk)
+      if (f.isDirectory) f.listFiles().toSeq.filterNot(_.getName.startsWith("_")).flatMap(walk)
       else Seq(f)
     walk(out).filterNot(f => f.getName.startsWith(".") || f.getName.startsWith("_"))
       .map(_.getCanonicalPath).toSet

@@ -33,7 +33,16 @@ object JsonRecordFile {
   val RecordDir = "_batchlog"
 
   /** `<output>/_batchlog` for the log `<output>/_spark_metadata`. */
-  def recordDir(metadataPath: Path): Path = new Path(metadataPath.getParent, RecordDir)
+  def recordDir(metadataPath: Path): Path = {
+    // `file:/out/_spark_metadata/` (a java.io.File's URI) names the log too: its parent is `out`
+    val u = metadataPath.toUri
+    val meta =
+      if (u.getPath == null || !u.getPath.endsWith("/") || u.getPath == "/") metadataPath
+      else {
+        new Path(new java.net.URI(u.getScheme, u.getAuthority, u.getPath.stripSuffix("/"), null))
+      }
+    new Path(meta.getParent, RecordDir)
+  }
 
   /** True for the name of one of batchlog's records (not a log file, not an index). */
   def isRecordName(name: String): Boolean = name.startsWith("batchlog-") && name.endsWith(".json")
@@ -102,17 +111,26 @@ class JsonRecordFile[T <: AnyRef: Manifest](val fileName: String) {
    * not pay a delete each time).
    */
   def write(fm: CheckpointFileManager, metadataPath: Path, record: T): Unit = {
-    val p = path(metadataPath)
-    def publish(): Unit = LogFiles.publish(fm, p, overwrite = true)(_.write(bytes(record)))
-    try publish()
-    catch {
-      case e: java.io.IOException if !fm.exists(p.getParent) =>
-        fm.mkdirs(p.getParent)
-        publish()
-    }
+    publishRecordFile(fm, path(metadataPath), overwrite = true)(_.write(bytes(record)))
     val legacy = legacyPath(metadataPath)
     if (migrated.add(legacy.toString)) fm.delete(legacy)
   }
+
+  /**
+   * Publishes file `p` of the records' directory (`_batchlog/`), which the first record written
+   * creates: one request more only then, none on the ordinary path.
+   */
+  protected def publishRecordFile(fm: CheckpointFileManager, p: Path, overwrite: Boolean)(
+      fn: java.io.OutputStream => Unit
+  ): Unit =
+    try LogFiles.publish(fm, p, overwrite)(fn)
+    catch {
+      case e: java.io.IOException
+          if !e.isInstanceOf[org.apache.hadoop.fs.FileAlreadyExistsException] &&
+            !e.isInstanceOf[java.nio.file.FileAlreadyExistsException] && !fm.exists(p.getParent) =>
+        fm.mkdirs(p.getParent)
+        LogFiles.publish(fm, p, overwrite)(fn)
+    }
 
   protected def bytes(record: T): Array[Byte] = Serialization.write(record).getBytes(UTF_8)
 

@@ -86,7 +86,7 @@ object SinkRecord extends JsonRecordFile[SinkRecord]("batchlog-sink.json") {
     val seq = expected.map(_.seq + 1).getOrElse(1L)
     val record = next.copy(seq = seq)
     val claim = versionPath(metadataPath, seq)
-    try LogFiles.publish(fm, claim, overwrite = false)(out => out.write(bytes(record)))
+    try publishRecordFile(fm, claim, overwrite = false)(out => out.write(bytes(record)))
     catch {
       case _: FileAlreadyExistsException =>
         val current = read(fm, metadataPath)
