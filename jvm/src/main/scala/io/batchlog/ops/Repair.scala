@@ -262,7 +262,7 @@ object Repair {
     // `_batchlog/`, else the damaged log (a sink of an earlier version), else a moved-aside log
     val liveRecord = scala.util.Try(SinkRecord.readWithPath(fmOf(meta), meta)).toOption.flatten
     val record = liveRecord.orElse(dirs.filterNot(_ == meta).iterator.flatMap { dir =>
-      scala.util.Try(SinkRecord.readIn(fmOf(dir), dir)).toOption.flatten
+      scala.util.Try(SinkRecord.readIn(fmOf(dir), dir)).toOption.flatten.iterator
     }.firstOption)
 
     val problems = mutable.ArrayBuffer.empty[String]
