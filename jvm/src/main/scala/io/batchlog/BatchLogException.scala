@@ -298,11 +298,15 @@ object BatchLogException {
 
   /** A rewind's plan no longer holds: a writer committed after it was made. */
   def sinkWrittenDuringRewind(sink: String, latest: Long, planned: Long): BatchLogException =
+    sinkWrittenDuring("rewind", sink, latest, planned)
+
+  /** `op`'s (a rewind's, a takeover's) plan no longer holds: a writer committed after it. */
+  def sinkWrittenDuring(op: String, sink: String, latest: Long, planned: Long): BatchLogException =
     new BatchLogException(
       SinkChangedWhileWriting,
-      s"The sink $sink was written to while the rewind was starting: its latest batch is now " +
-        s"$latest, the rewind was planned with $planned. Stop the query writing it, then re-run " +
-        "the rewind."
+      s"The sink $sink was written to while the $op was starting: its latest batch is now " +
+        s"$latest, the $op was planned with $planned. Stop the query writing it, then re-run " +
+        s"the $op."
     )
 
   def batchOutOfOrder(logPath: String, batchId: Long, latest: Long): BatchLogException =

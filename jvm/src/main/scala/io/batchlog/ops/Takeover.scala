@@ -5,7 +5,13 @@ import io.batchlog.shim.CheckpointFileManager
 
 import io.batchlog.{BatchLogConf, BatchLogException}
 import io.batchlog.checkpoint.QueryCheckpoint
-import io.batchlog.log.{BatchTaggedFileStreamSinkLog, RewindIntent, SinkOwner, SinkRecord}
+import io.batchlog.log.{
+  BatchTaggedFileStreamSinkLog,
+  CompactIndex,
+  RewindIntent,
+  SinkOwner,
+  SinkRecord
+}
 
 /**
  * Hands a sink to another query: the query of `checkpoint` becomes the sink's owner from the batch
@@ -86,10 +92,37 @@ object Takeover {
     val meta = BatchTaggedFileStreamSinkLog.metadataPathOf(spark, sinkPath)
     val fm = CheckpointFileManager.create(meta, spark.sessionState.newHadoopConf())
     val now = System.currentTimeMillis()
-    WriterFence.bumpEpoch(fm, meta) {
-      case Some(r) => r.copy(owners = r.owners :+ SinkOwner(plan.queryId, plan.fromBatch, now))
-      case None => SinkRecord.first(plan.queryId, plan.fromBatch, plan.compactInterval, now)
+    // The store arbitrates, as for a rewind: the sink's next log id is claimed (created once)
+    // before the epoch moves and released once it has. A writer of the old owner that passed its
+    // checks before the bump (its lease had expired: stalled, or judged dead) and publishes that id
+    // meanwhile is refused; one that published it first makes the claim fail, and the takeover
+    // stops having changed nothing. The claim is released, not kept: the id is the new owner's
+    // first batch, which Spark's sink would otherwise skip.
+    val log = new BatchTaggedFileStreamSinkLog(spark, meta.toString)
+    val next = plan.sinkLatest + 1
+    val latest = log.getLatestBatchId().getOrElse(-1L)
+    if (latest != plan.sinkLatest || !log.claimNext(next)) {
+      throw BatchLogException
+        .sinkWrittenDuring("takeover", plan.sink, math.max(latest, next), plan.sinkLatest)
+        .withOutcome(BatchLogException.NothingChanged)
     }
+    try {
+      WriterFence.bumpEpoch(fm, meta) {
+        case Some(r) => r.copy(owners = r.owners :+ SinkOwner(plan.queryId, plan.fromBatch, now))
+        case None => SinkRecord.first(plan.queryId, plan.fromBatch, plan.compactInterval, now)
+      }
+    } finally release(fm, log, next)
     plan.report(dryRun, done = true)
+  }
+
+  /** Removes the claim of log id `id` (an empty batch file, or a compact file and its index). */
+  private def release(
+      fm: CheckpointFileManager,
+      log: BatchTaggedFileStreamSinkLog,
+      id: Long
+  ): Unit = {
+    val file = log.batchIdToPath(id)
+    if (log.isCompactFile(id)) fm.delete(CompactIndex.pathOf(file))
+    fm.delete(file)
   }
 }
