@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 from reliability_support import (
     FAULT_MANAGER,
@@ -19,6 +20,7 @@ from reliability_support import (
     jars_with_testkit,
     plain_read,
     run_cli,
+    snapshot,
     spark_session,
     sql_conf,
 )
@@ -84,6 +86,12 @@ def test_a_repair_halted_at_each_step_is_finished_by_the_next(
         assert check_log(out, 3, junk=RECORDS)["latest"] == 7
     intent_left = (out / "_batchlog" / INTENT).exists()
     assert intent_left is (step != "intent")
+    if intent_left:
+        # the query refuses to start on a half-repaired sink: nothing is written, nothing skipped
+        before = snapshot(out), snapshot(chk)
+        with pytest.raises(StreamingQueryException, match="is being repaired"):
+            run_query(spark, inp, out, chk)
+        assert (snapshot(out), snapshot(chk)) == before
 
     with sql_conf(spark, **DEFAULT_INTERVAL):
         plan = batchlog.repair(spark, str(out), dry_run=True, quiet=True)

@@ -129,6 +129,12 @@ class BatchesExpiredError(BatchLogError):
     code = "BATCHES_EXPIRED"
 
 
+class RepairInProgressError(BatchLogError):
+    """A repair of the sink did not finish; no query writes to it until it does."""
+
+    code = "REPAIR_IN_PROGRESS"
+
+
 class WriterLeaseLostError(BatchLogError):
     """A running query could not keep its writer lease fresh and stopped before committing."""
 

@@ -54,6 +54,7 @@ object BatchLogException {
   val CheckpointInOutput = "CHECKPOINT_IN_OUTPUT"
   val BatchesExpired = "BATCHES_EXPIRED"
   val WriterLeaseLost = "WRITER_LEASE_LOST"
+  val RepairInProgress = "REPAIR_IN_PROGRESS"
 
   /** Every error code; Python's `batchlog.errors` has one exception class per code (tested). */
   val Codes: Seq[String] = Seq(
@@ -76,7 +77,8 @@ object BatchLogException {
     ForeignPath,
     CheckpointInOutput,
     BatchesExpired,
-    WriterLeaseLost
+    WriterLeaseLost,
+    RepairInProgress
   )
 
   def notASink(path: String): BatchLogException = new BatchLogException(
@@ -294,6 +296,16 @@ object BatchLogException {
       s"The sink $sink was $what while this query was writing to it, so batch $batchId is not " +
         "committed and the query stops. Restart the query from its checkpoint (after a rewind: " +
         "the rewound checkpoint)."
+    )
+
+  /** A repair did not finish: its log may lack its newest batches until it does. */
+  def repairInProgress(sink: String, startedAtMs: Long, movedAside: String): BatchLogException =
+    new BatchLogException(
+      RepairInProgress,
+      s"The sink $sink is being repaired (since ${new java.sql.Timestamp(startedAtMs)}) and the " +
+        s"repair did not finish: its log may lack batches until it does (the old log files are " +
+        s"copied in $movedAside). Nothing is written to it meanwhile: re-run `python -m batchlog " +
+        s"repair $sink` to finish it, then restart the query."
     )
 
   /** A rewind's plan no longer holds: a writer committed after it was made. */

@@ -7,7 +7,7 @@ import io.batchlog.shim.CheckpointFileManager
 
 import io.batchlog.BatchLogException
 import io.batchlog.checkpoint.QueryCheckpoint
-import io.batchlog.log.{BatchTaggedFileStreamSinkLog, RewindIntent, SinkRecord}
+import io.batchlog.log.{BatchTaggedFileStreamSinkLog, RepairIntent, RewindIntent, SinkRecord}
 
 /**
  * Whether a query may start writing a sink, decided before its first batch.
@@ -50,6 +50,10 @@ object HeadStart {
     // batch id without calling the committer, which refuses the run at its first batch.
     RewindIntent.read(fm, meta).foreach { i =>
       return Some(BatchLogException.rewindInProgress(i.sink, i.toBatch, i.checkpoint))
+    }
+    // An unfinished repair: its log may lack its newest batches, which Spark would then re-run.
+    RepairIntent.read(fm, meta).foreach { r =>
+      return Some(BatchLogException.repairInProgress(output, r.startedAtMs, r.movedAside))
     }
     val owner = SinkRecord.read(fm, meta).flatMap(_.owner)
     if (owner.exists(_.queryId == queryId)) return None

@@ -15,6 +15,7 @@ import io.batchlog.log.{
   BatchTaggedFileStreamSinkLog,
   Clock,
   LeaseWatch,
+  RepairIntent,
   RewindIntent,
   SinkOwner,
   SinkRecord,
@@ -177,10 +178,15 @@ final class WriterGuard private (
   }
 
   /** A rewind that did not finish: writing now would mix old and new output. */
-  private def refuseUnfinishedRewind(): Unit =
+  private def refuseUnfinishedRewind(): Unit = {
     RewindIntent.read(fm, meta).foreach { i =>
       throw BatchLogException.rewindInProgress(i.sink, i.toBatch, i.checkpoint)
     }
+    // likewise an unfinished repair: its log may lack its newest batches
+    RepairIntent.read(fm, meta).foreach { r =>
+      throw BatchLogException.repairInProgress(sink, r.startedAtMs, r.movedAside)
+    }
+  }
 
   private def checkOwner(r: SinkRecord, batchId: Long): Unit =
     r.owner.filter(_.queryId != queryId).foreach { o =>
