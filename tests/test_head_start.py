@@ -123,7 +123,7 @@ def test_a_head_start_second_writer_is_stopped_before_it_skips_a_batch(
     assert sorted(r[0] for r in spark.read.parquet(str(out)).select("id").collect()) == ids_of(
         range(3)
     )
-    record = json.loads((out / "_spark_metadata" / RECORD).read_text())
+    record = json.loads((out / "_batchlog" / RECORD).read_text())
     assert [(o["queryId"], o["fromBatch"]) for o in record["owners"]] == [(b, 0)]
     # A ran no batch: no offsets, no commits in its checkpoint
     assert log_names(chk_a / "offsets") == [] and log_names(chk_a / "commits") == []
@@ -146,7 +146,7 @@ def test_a_head_start_writer_on_a_sink_without_an_owner_record_is_stopped(
     in_b, chk_b, in_a, chk_a = (tmp_path / n for n in ("in-b", "chk-b", "in-a", "chk-a"))
     write_input(in_b, 0, 3, ROWS)
     run(spark, in_b, out, chk_b, {**SINK_CONFS, batchlog.COMMIT_PROTOCOL_KEY: SPARK_COMMITTER})
-    assert not (out / "_spark_metadata" / RECORD).exists()
+    assert not (out / "_batchlog" / RECORD).exists()
     before = snapshot(out)
 
     write_input(in_a, 10, 2, ROWS)
