@@ -78,7 +78,7 @@ def meta_names(out: Path) -> set[str]:
 
 def record(out: Path) -> dict:
     """The sink record, where batchlog keeps it: ``<out>/_batchlog/`` (not in the log)."""
-    return json.loads((out / "_batchlog" / "batchlog-sink.json").read_text())
+    return json.loads((out / "_batchlog" / "_batchlog-sink.json").read_text())
 
 
 def tagged_on_disk(out: Path) -> dict[int, set[Path]]:

@@ -150,7 +150,7 @@ def await_query(query: Any, output_dir: Path | str) -> None:
 
 
 #: The writer lease a running query holds in its sink's ``_spark_metadata``.
-LEASE_FILE = "batchlog-lease.json"
+LEASE_FILE = "_batchlog-lease.json"
 
 
 def wait_lease_released(output_dir: Path | str, timeout_s: float = 30.0) -> None:

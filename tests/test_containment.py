@@ -290,7 +290,7 @@ def test_takeover_refuses_an_unfinished_rewind(spark: SparkSession, tmp_path: Pa
     crashed = run_cli(*halt_after_rewind_step_confs("data-files"), *confs, *args)
     assert crashed.returncode != 0
     assert "rewind step 'data-files' done" in crashed.stderr
-    record = (out / "_batchlog" / "batchlog-sink.json").read_text()
+    record = (out / "_batchlog" / "_batchlog-sink.json").read_text()
 
     with pytest.raises(batchlog.RewindInProgressError) as e:
         batchlog.takeover(spark, str(out), str(chk_b))
@@ -300,7 +300,7 @@ def test_takeover_refuses_an_unfinished_rewind(spark: SparkSession, tmp_path: Pa
         f"rewind file:{out} --checkpoint file:{chk} --to-batch 2` to finish it, then run the "
         "takeover again. Nothing was changed."
     )
-    assert (out / "_batchlog" / "batchlog-sink.json").read_text() == record
+    assert (out / "_batchlog" / "_batchlog-sink.json").read_text() == record
 
     resumed = run_cli(*confs, *args)
     assert resumed.returncode == 0, resumed.stderr[-3000:]

@@ -29,7 +29,7 @@ from support import QUERY_TIMEOUT_S, await_query, run_cli, wait_lease_released
 spark = spark_session  # the module's session fixture
 
 ROWS = 4  # rows per input file, ids k*1000+i: input file k is one batch
-RECORD = "batchlog-sink.json"
+RECORD = "_batchlog-sink.json"
 SPARK_COMMITTER = "org.apache.spark.sql.execution.streaming.ManifestFileCommitProtocol"
 
 

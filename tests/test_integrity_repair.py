@@ -54,7 +54,7 @@ def refusals_change_nothing(spark: SparkSession, out: Path, chk: Path) -> None:
         assert snapshot(out) == before
 
     now = int(time.time() * 1000)
-    lease = out / "_batchlog" / "batchlog-lease.json"  # a live writer in another process
+    lease = out / "_batchlog" / "_batchlog-lease.json"  # a live writer in another process
     lease.write_text(
         json.dumps(
             {
@@ -75,7 +75,7 @@ def refusals_change_nothing(spark: SparkSession, out: Path, chk: Path) -> None:
     assert snapshot(out) == with_lease
     lease.unlink()
 
-    intent = out / "_batchlog" / "batchlog-rewind.json"  # an unfinished rewind
+    intent = out / "_batchlog" / "_batchlog-rewind.json"  # an unfinished rewind
     intent.write_text(
         json.dumps({"toBatch": 3, "sink": str(out), "checkpoint": str(chk), "startedAtMs": now})
     )
@@ -145,7 +145,7 @@ def test_repair_takes_the_interval_from_the_sink_record(
     # A sink of an earlier version: its record only in a log an earlier repair moved aside.
     old = out / "_spark_metadata.broken-1"
     old.mkdir()
-    shutil.move(str(out / "_batchlog" / "batchlog-sink.json"), str(old / "batchlog-sink.json"))
+    shutil.move(str(out / "_batchlog" / "_batchlog-sink.json"), str(old / "batchlog-sink.json"))
     shutil.rmtree(meta)
     with sql_conf(spark, **DEFAULT_INTERVAL):
         r = batchlog.repair(spark, str(out), quiet=True)

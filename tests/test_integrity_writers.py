@@ -39,7 +39,7 @@ from reliability_support import (
 spark = spark_session  # the module's session fixture
 
 ROWS = 4  # rows per input file, ids k*1000+i: input file k is batch k of its query
-LEASE = "batchlog-lease.json"
+LEASE = "_batchlog-lease.json"
 WAIT_S = 180
 
 
@@ -182,7 +182,7 @@ def test_rewind_is_refused_while_a_query_writes_the_sink(
     with pytest.raises(batchlog.WriterActiveError):
         batchlog.rewind(spark, str(w.out), str(w.chk), 2, dry_run=True, quiet=True)
     assert log_state(w.out, w.chk) == before
-    assert not (w.out / "_batchlog" / "batchlog-rewind.json").exists()
+    assert not (w.out / "_batchlog" / "_batchlog-rewind.json").exists()
 
     # the writer never noticed: it goes on
     write_input(w.inp, 5, 2, ROWS)
@@ -311,10 +311,10 @@ def test_a_second_query_on_the_sink_is_refused_until_it_takes_the_sink_over(
     assert plan["previousOwner"] == a and plan["queryId"] == b and plan["fromBatch"] == 4
     # B has run no batch: Spark's sink will skip its batches 0..3 once it owns the sink
     assert plan["skippedBatches"] == 4 and plan["done"] is False
-    record = json.loads((out / "_batchlog" / "batchlog-sink.json").read_text())
+    record = json.loads((out / "_batchlog" / "_batchlog-sink.json").read_text())
     assert [o["queryId"] for o in record["owners"]] == [a]
     assert batchlog.takeover(spark, str(out), str(chk_b))["done"] is True
-    record = json.loads((out / "_batchlog" / "batchlog-sink.json").read_text())
+    record = json.loads((out / "_batchlog" / "_batchlog-sink.json").read_text())
     assert [(o["queryId"], o["fromBatch"]) for o in record["owners"]] == [(a, 0), (b, 4)]
 
     # now A is the one refused ...

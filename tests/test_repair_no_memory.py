@@ -116,7 +116,7 @@ def test_log_and_record_lost_repair_lays_out_a_log_every_interval_reads(
     assert f"{LATEST}.compact" in cli.stdout, cli.stdout
     assert "done: restart the query with its checkpoint." in cli.stdout, cli.stdout
     assert meta_names(out) == {f"{LATEST}.compact"}
-    assert not (out / "_batchlog" / "batchlog-sink.json").exists()  # no guess recorded
+    assert not (out / "_batchlog" / "_batchlog-sink.json").exists()  # no guess recorded
     lines = (out / "_spark_metadata" / f"{LATEST}.compact").read_text().split("\n")
     assert lines[0] == "v1"
     assert sorted({json.loads(x)["batchId"] for x in lines[1:]}) == list(range(LATEST + 1))

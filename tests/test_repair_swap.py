@@ -37,16 +37,16 @@ from repair_support import (
 
 spark = spark_session  # the module's session fixture
 
-INTENT = "batchlog-repair.json"
+INTENT = "_batchlog-repair.json"
 
 #: step -> (operation, path regex) of the call the JVM halts at; in the order repair runs them
 HALTS = {
-    "intent": ("rename", r"_batchlog/batchlog-repair\.json$"),
+    "intent": ("rename", r"_batchlog/_batchlog-repair\.json$"),
     "copy-aside": ("createAtomic", r"_spark_metadata\.broken-\d+/5\.compact$"),
     "retire-misleading": ("delete", r"_spark_metadata/5\.compact\.index$"),
     "publish": ("rename", r"_spark_metadata/5\.compact$"),
     "clean-up": ("delete", r"_spark_metadata/3$"),
-    "intent-removal": ("delete", r"_batchlog/batchlog-repair\.json$"),
+    "intent-removal": ("delete", r"_batchlog/_batchlog-repair\.json$"),
 }
 #: from this step on the new log is complete
 COMPLETE_FROM = "clean-up"

@@ -54,7 +54,7 @@ def test_rewind_then_rerun_with_new_transformation(
     assert rs.ck_ids(sink.ck, "commits") == list(range(to_batch))
     # the file source logged one file per batch: log offset == batch id
     assert rs.log_names(sink.ck / "sources" / "0") == rs.compact_names(range(to_batch + 1), 4)
-    assert not (sink.out / "_batchlog" / "batchlog-rewind.json").exists()
+    assert not (sink.out / "_batchlog" / "_batchlog-rewind.json").exists()
 
     rs.run_ids_query(spark, sink.inbox, sink.out, sink.ck, mult=2)
     assert_sink_exact(spark, sink, to_batch, N_BATCHES - 1)

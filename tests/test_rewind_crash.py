@@ -130,7 +130,7 @@ def test_crash_mid_rewind_refuses_writes_then_resumes(
     assert f"rewind step '{nxt}' done" not in cli.stderr
     assert "Py4JNetworkError" in cli.stderr
     assert "done:" not in cli.stdout
-    assert (sink.out / "_batchlog" / "batchlog-rewind.json").exists()
+    assert (sink.out / "_batchlog" / "_batchlog-rewind.json").exists()
 
     # a different rewind is refused while the intent exists, changing nothing
     before = rs.snapshot(sink.out, sink.ck)
@@ -152,7 +152,7 @@ def test_crash_mid_rewind_refuses_writes_then_resumes(
     # (b) the same rewind, re-run, finishes the job; the query then writes every row once
     report = batchlog.rewind(spark, str(sink.out), str(sink.ck), CRASH_TO, quiet=True)
     assert report["plan"]["resuming"] is True
-    assert not (sink.out / "_batchlog" / "batchlog-rewind.json").exists()
+    assert not (sink.out / "_batchlog" / "_batchlog-rewind.json").exists()
     rs.run_ids_query(spark, sink.inbox, sink.out, sink.ck, mult=2)
     assert_sink_exact(spark, sink, CRASH_TO, N_BATCHES + 1)
 
@@ -170,7 +170,7 @@ def test_crash_resumed_by_the_cli(spark: SparkSession, sink: rs.IdsSink, testkit
     assert f"Restart the query with the same checkpoint to re-run batch {CRASH_TO}" in (
         resumed.stdout
     )
-    assert not (sink.out / "_batchlog" / "batchlog-rewind.json").exists()
+    assert not (sink.out / "_batchlog" / "_batchlog-rewind.json").exists()
     rs.run_ids_query(spark, sink.inbox, sink.out, sink.ck, mult=2)
     assert_sink_exact(spark, sink, CRASH_TO, N_BATCHES - 1)
 
@@ -188,7 +188,7 @@ def test_crash_mid_rewind_of_a_windowed_query_then_resume_replays_exactly(
     args = ["rewind", str(out), "--checkpoint", str(ck), "--to-batch", "6"]
     crashed = rs.run_cli(*rs.halt_after_rewind_step_confs(step), *args)
     assert crashed.returncode != 0 and f"rewind step '{step}' done" in crashed.stderr
-    assert (out / "_batchlog" / "batchlog-rewind.json").exists()
+    assert (out / "_batchlog" / "_batchlog-rewind.json").exists()
     report = batchlog.rewind(spark, str(out), str(ck), 6, quiet=True)
     assert report["plan"]["resuming"] is True
     rs.run_window_query(spark, inbox, out, ck)

@@ -77,7 +77,7 @@ def run_query(
         if query.isActive:
             query.stop()
     assert query.exception() is None, query.exception()
-    lease = f"{out}/_spark_metadata/{LEASE_FILE}"
+    lease = f"{out}/_batchlog/{LEASE_FILE}"
     wait_until(lambda: not fs.exists(lease), 30, f"{lease} to go after its query")
     return [int(p["batchId"]) for p in query.recentProgress]
 

@@ -159,7 +159,7 @@ def test_vacuum_deletes_only_old_orphans_of_finished_batches(spark: SparkSession
     recent = _copy_as_orphan(src, 1, 0)
     running = _copy_as_orphan(src, 4, 2 * 3600)  # batch 4 = latest + 1: may be running ...
     size = src.stat().st_size
-    lease = out / "_batchlog" / "batchlog-lease.json"  # ... as a writer is live
+    lease = out / "_batchlog" / "_batchlog-lease.json"  # ... as a writer is live
     lease.parent.mkdir(exist_ok=True)
     now_ms = int(time.time() * 1000)
     lease.write_text(

@@ -102,7 +102,7 @@ def run_query(spark: Any, inbox: Path, out: Path, chk: Path, stateful: bool = Tr
         raise AssertionError("the query did not finish in 600 s")
     if query.exception() is not None:
         raise AssertionError(f"the query failed: {query.exception()}")
-    lease = out / "_batchlog" / "batchlog-lease.json"
+    lease = out / "_batchlog" / "_batchlog-lease.json"
     deadline = time.monotonic() + 60
     while lease.exists() and time.monotonic() < deadline:  # goes as the query's thread ends
         time.sleep(0.05)

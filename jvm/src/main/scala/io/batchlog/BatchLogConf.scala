@@ -102,8 +102,8 @@ object BatchLogConf {
 
   /**
    * How long a writer lease stays live without a refresh (a duration like `2m`). A query writing a
-   * sink refreshes its lease (`_batchlog/batchlog-lease.json`) every quarter of this and removes it
-   * when it stops; rewind and takeover refuse while a live lease names another writer.
+   * sink refreshes its lease (`_batchlog/_batchlog-lease.json`) every quarter of this and removes
+   * it when it stops; rewind and takeover refuse while a live lease names another writer.
    */
   private val WriterLeaseTimeoutDefault = "2m"
   val WriterLeaseTimeoutKey: String = key(

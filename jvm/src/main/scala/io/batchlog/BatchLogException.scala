@@ -214,7 +214,7 @@ object BatchLogException {
     new BatchLogException(
       WriterActive,
       s"A streaming query is writing to $sink: $writer, whose writer lease " +
-        s"(${sink.stripSuffix("/")}/_batchlog/batchlog-lease.json) is refreshed every " +
+        s"(${sink.stripSuffix("/")}/_batchlog/_batchlog-lease.json) is refreshed every " +
         s"${math.max(1L, timeoutMs / 4000)} s while it runs and removed when it stops, $seen. " +
         "Stop that query first."
     )

@@ -40,7 +40,7 @@ class HeadStartSuite extends SparkSessionTestBase {
     val query = q.start(out)
     try batches.foreach { b => q.input.addData(b: _*); query.processAllAvailable() }
     finally query.stop()
-    val lease = new File(out, "_batchlog/batchlog-lease.json")
+    val lease = new File(out, "_batchlog/_batchlog-lease.json")
     val deadline = System.currentTimeMillis() + 30000
     while (lease.exists() && System.currentTimeMillis() < deadline) Thread.sleep(20)
     assert(!lease.exists(), s"$lease is still there 30 s after its query stopped")

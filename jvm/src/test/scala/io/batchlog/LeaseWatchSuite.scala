@@ -123,8 +123,8 @@ class LeaseWatchSuite extends SparkSessionTestBase {
       assert(JsonRecordFile.isRecordName(SinkRecord.versionPath(meta, 2L).getName))
       // only the claim of the latest version is kept
       val dir = new File(SinkRecord.path(meta).getParent.toUri)
-      assert(dir.list().filter(_.startsWith("batchlog-sink")).toSet ==
-        Set("batchlog-sink.json", "batchlog-sink.2.json"))
+      assert(dir.list().filter(_.startsWith("_batchlog-sink")).toSet ==
+        Set("_batchlog-sink.json", "_batchlog-sink.2.json"))
     }
   }
 

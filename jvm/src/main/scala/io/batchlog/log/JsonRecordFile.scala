@@ -32,6 +32,15 @@ object JsonRecordFile {
   /** The directory of batchlog's records, under the sink's output directory. */
   val RecordDir = "_batchlog"
 
+  /**
+   * What a record's name starts with in [[RecordDir]]: `_`, which Spark's file listing skips. A
+   * glob read of every entry of the output (with `basePath` set to it) makes `_batchlog` a root
+   * path of its own, and Spark skips only `_spark_metadata` as such; a file listed under it would
+   * make Spark see conflicting partition directories (Spark's own `FileStreamSinkSuite`,
+   * "partitioned writing and batch reading with 'basePath'", found it).
+   */
+  val HiddenPrefix = "_"
+
   /** `<output>/_batchlog` for the log `<output>/_spark_metadata`. */
   def recordDir(metadataPath: Path): Path = {
     // `file:/out/_spark_metadata/` (a java.io.File's URI) names the log too: its parent is `out`
@@ -45,7 +54,8 @@ object JsonRecordFile {
   }
 
   /** True for the name of one of batchlog's records (not a log file, not an index). */
-  def isRecordName(name: String): Boolean = name.startsWith("batchlog-") && name.endsWith(".json")
+  def isRecordName(name: String): Boolean =
+    name.stripPrefix(HiddenPrefix).startsWith("batchlog-") && name.endsWith(".json")
 
   /** True if `a` and `b` are statuses of the same version of a file, by their ETags. */
   def sameVersion(a: FileStatus, b: FileStatus): Boolean = (a, b) match {
@@ -60,7 +70,8 @@ class JsonRecordFile[T <: AnyRef: Manifest](val fileName: String) {
   implicit private val formats: Formats = DefaultFormats
 
   /** Where the record of the sink whose log is `metadataPath` lives: `<output>/_batchlog/`. */
-  def path(metadataPath: Path): Path = new Path(JsonRecordFile.recordDir(metadataPath), fileName)
+  def path(metadataPath: Path): Path =
+    new Path(JsonRecordFile.recordDir(metadataPath), JsonRecordFile.HiddenPrefix + fileName)
 
   /** Where versions before `_batchlog/` kept it: in the log directory itself. */
   def legacyPath(metadataPath: Path): Path = new Path(metadataPath, fileName)

@@ -8,7 +8,7 @@ import io.batchlog.shim.CheckpointFileManager
 final case class SinkOwner(queryId: String, fromBatch: Long, sinceMs: Long)
 
 /**
- * What a sink's log says about itself, `<output>/_batchlog/batchlog-sink.json`:
+ * What a sink's log says about itself, `<output>/_batchlog/_batchlog-sink.json`:
  * {{{
  *   {"version":1,"compactInterval":3,"epoch":2,
  *    "owners":[{"queryId":"8f1c…","fromBatch":0,"sinceMs":1795326048045}]}

@@ -1,11 +1,11 @@
 package io.batchlog.log
 
 /**
- * The lease of the query writing a sink now, `<output>/_batchlog/batchlog-lease.json`. The writer's
- * driver refreshes it every `timeoutMs / 4` while the query runs and removes it when the query
- * stops ([[io.batchlog.commit.WriterGuard]]). Each refresh writes a new version: `refreshes` counts
- * them, so a refresh changes the record even when the writer's wall clock stands still or goes
- * back.
+ * The lease of the query writing a sink now, `<output>/_batchlog/_batchlog-lease.json`. The
+ * writer's driver refreshes it every `timeoutMs / 4` while the query runs and removes it when the
+ * query stops ([[io.batchlog.commit.WriterGuard]]). Each refresh writes a new version: `refreshes`
+ * counts them, so a refresh changes the record even when the writer's wall clock stands still or
+ * goes back.
  *
  * Liveness is never judged from `refreshedAtMs` (the writer's wall clock, for people to read): an
  * observer judges a lease dead once it has seen the same version for `timeoutMs` on its own

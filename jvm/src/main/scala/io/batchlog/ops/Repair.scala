@@ -28,7 +28,7 @@ import io.batchlog.shim.CompactibleFileStreamLog.deriveCompactInterval
  *
  *   - when the query's compact interval is known, the log is laid out for it. It is known from
  *     (first that exists): the `compact_interval` argument; the sink's record
- *     (`_batchlog/batchlog-sink.json`, where the writing query keeps its interval; for sinks of
+ *     (`_batchlog/_batchlog-sink.json`, where the writing query keeps its interval; for sinks of
  *     earlier versions in the damaged log or in the newest `_spark_metadata.broken-*` a previous
  *     repair left); two compact files there (their gap, Spark's own rule). With C the highest
  *     compaction batch <= M, the new log holds `(C - interval).compact` and `C.compact` (each with
