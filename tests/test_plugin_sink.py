@@ -217,6 +217,23 @@ def test_plain_spark_reads_the_sink(
     assert set(result["inputFiles"]) == all_files  # type: ignore[arg-type]
 
 
+@FORMATS
+def test_a_glob_read_with_base_path_skips_batchlogs_records(
+    spark: SparkSession, sinks: dict[str, Sink], fmt: str
+) -> None:
+    """``basePath`` + a glob of every entry of the output makes ``_batchlog`` a root path of its
+    own; Spark skips only ``_spark_metadata`` as such, so batchlog's records there must be names
+    Spark's listing skips, or the read fails with CONFLICTING_DIRECTORY_STRUCTURES (Spark's own
+    ``FileStreamSinkSuite``, "partitioned writing and batch reading with 'basePath'")."""
+    out = sinks[fmt].output
+    assert sorted(p.name for p in (out / "_batchlog").iterdir() if not p.name.startswith(".")) == [
+        "_batchlog-sink.1.json",
+        "_batchlog-sink.json",
+    ]
+    rows = spark.read.option("basePath", str(out)).format(fmt).load(f"{out}/*").collect()
+    assert row_tuples(r.asDict() for r in rows) == expected_rows(range(BATCHES))
+
+
 def test_module_under_test_is_this_checkout() -> None:
     assert Path(batchlog.__file__).parent == Path(__file__).resolve().parents[1] / "python" / (
         "batchlog"
