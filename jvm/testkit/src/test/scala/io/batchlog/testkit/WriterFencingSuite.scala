@@ -62,6 +62,18 @@ class WriterFencingSuite extends SparkSessionTestBase with RewindFixture {
         .filter(n => n.startsWith("part-") && n.contains(s"-batch-$b-"))
   }
 
+  /**
+   * The session confs under which every write of the writer lease (the keeper's refreshes) runs
+   * [[FaultInjectingCheckpointFileManager.callback]] first, with a lease timeout of `leaseTimeout`.
+   */
+  private def callOnLeaseWrites(leaseTimeout: String): Seq[(String, String)] = Seq(
+    WriterLeaseTimeoutKey -> leaseTimeout,
+    TestkitConf.CheckpointFileManagerClassKey -> FaultManager,
+    TestkitConf.FaultOpKey -> "createAtomic",
+    TestkitConf.FaultPathRegexKey -> "batchlog-lease\\.json$",
+    TestkitConf.FaultActionKey -> "call"
+  )
+
   private def withHooks[A](body: => A): A = {
     FaultInjectingCheckpointFileManager.reset()
     try body
@@ -94,13 +106,7 @@ class WriterFencingSuite extends SparkSessionTestBase with RewindFixture {
             throw new java.io.IOException(s"injected: the store refuses $p")
           }
         }
-        withSQLConf(
-          WriterLeaseTimeoutKey -> "8s",
-          TestkitConf.CheckpointFileManagerClassKey -> FaultManager,
-          TestkitConf.FaultOpKey -> "createAtomic",
-          TestkitConf.FaultPathRegexKey -> "batchlog-lease\\.json$",
-          TestkitConf.FaultActionKey -> "call"
-        ) {
+        withSQLConf(callOnLeaseWrites(leaseTimeout = "8s"): _*) {
           withQuery(s.start()) { q =>
             s.input.addData(rowsOf(0): _*)
             processAll(q)
@@ -136,13 +142,7 @@ class WriterFencingSuite extends SparkSessionTestBase with RewindFixture {
           }
         }
         try Clock.using(clock) {
-            withSQLConf(
-              WriterLeaseTimeoutKey -> "4s",
-              TestkitConf.CheckpointFileManagerClassKey -> FaultManager,
-              TestkitConf.FaultOpKey -> "createAtomic",
-              TestkitConf.FaultPathRegexKey -> "batchlog-lease\\.json$",
-              TestkitConf.FaultActionKey -> "call"
-            ) {
+            withSQLConf(callOnLeaseWrites(leaseTimeout = "4s"): _*) {
               withQuery(s.start()) { q =>
                 s.input.addData(rowsOf(0): _*)
                 processAll(q)
