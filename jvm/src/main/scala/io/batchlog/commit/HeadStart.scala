@@ -47,14 +47,8 @@ object HeadStart {
       catch { case e: BatchLogException if e.code == BatchLogException.NotASink => return None }
     val fm = CheckpointFileManager.create(meta, spark.sessionState.newHadoopConf())
     // An unfinished rewind holds a claim of the sink's next log id: Spark's sink would skip that
-    // batch id without calling the committer, which refuses the run at its first batch.
-    RewindIntent.read(fm, meta).foreach { i =>
-      return Some(BatchLogException.rewindInProgress(i.sink, i.toBatch, i.checkpoint))
-    }
-    // An unfinished repair: its log may lack its newest batches, which Spark would then re-run.
-    RepairIntent.read(fm, meta).foreach { r =>
-      return Some(BatchLogException.repairInProgress(output, r.startedAtMs, r.movedAside))
-    }
+    // batch id without calling the committer, which refuses the run only at its first batch.
+    unfinishedOperation(fm, meta, output).foreach(e => return Some(e))
     val owner = SinkRecord.read(fm, meta).flatMap(_.owner)
     if (owner.exists(_.queryId == queryId)) return None
     val log = new BatchTaggedFileStreamSinkLog(spark, meta.toString)
@@ -73,6 +67,23 @@ object HeadStart {
       )
     }
   }
+
+  /**
+   * Why no query may write the sink at `meta` now: a rewind or a repair that did not finish (a
+   * half-rewound sink mixes old and new output; a half-repaired log may lack its newest batches).
+   * Checked when a query starts and again by [[WriterGuard]] at its run's first batch.
+   */
+  def unfinishedOperation(
+      fm: CheckpointFileManager,
+      meta: Path,
+      sink: String
+  ): Option[BatchLogException] =
+    RewindIntent.read(fm, meta)
+      .map(i => BatchLogException.rewindInProgress(i.sink, i.toBatch, i.checkpoint))
+      .orElse(
+        RepairIntent.read(fm, meta)
+          .map(r => BatchLogException.repairInProgress(sink, r.startedAtMs, r.movedAside))
+      )
 
   /**
    * The batch the query of `checkpointRoot` runs next: the one after its last commit (0: none). Its

@@ -15,8 +15,6 @@ import io.batchlog.log.{
   BatchTaggedFileStreamSinkLog,
   Clock,
   LeaseWatch,
-  RepairIntent,
-  RewindIntent,
   SinkOwner,
   SinkRecord,
   WriterLease
@@ -28,7 +26,7 @@ import io.batchlog.log.{
  * run (Spark builds a new sink, hence a new log, at every start).
  *
  * Before the first batch of the run ([[beforeBatch]]):
- *   - an unfinished rewind ([[RewindIntent]]) refuses the batch;
+ *   - an unfinished rewind or repair ([[HeadStart.unfinishedOperation]]) refuses the batch;
  *   - the sink's [[SinkRecord]] must name this query (the checkpoint's query id) as its owner; a
  *     sink without a record is claimed. Another owner refuses the batch: two queries on one sink
  *     would otherwise each skip the other's batch ids (Spark's sink skips every id already logged);
@@ -177,16 +175,9 @@ final class WriterGuard private (
     throw e
   }
 
-  /** A rewind that did not finish: writing now would mix old and new output. */
-  private def refuseUnfinishedRewind(): Unit = {
-    RewindIntent.read(fm, meta).foreach { i =>
-      throw BatchLogException.rewindInProgress(i.sink, i.toBatch, i.checkpoint)
-    }
-    // likewise an unfinished repair: its log may lack its newest batches
-    RepairIntent.read(fm, meta).foreach { r =>
-      throw BatchLogException.repairInProgress(sink, r.startedAtMs, r.movedAside)
-    }
-  }
+  /** A rewind or repair that did not finish ([[HeadStart.unfinishedOperation]]). */
+  private def refuseUnfinishedRewind(): Unit =
+    HeadStart.unfinishedOperation(fm, meta, sink).foreach(e => throw e)
 
   private def checkOwner(r: SinkRecord, batchId: Long): Unit =
     r.owner.filter(_.queryId != queryId).foreach { o =>
