@@ -140,6 +140,25 @@ object BatchLogException {
       "(it lays the log out for the interval the sink records, or for every interval)."
   )
 
+  /**
+   * Log file `file` of this session's layout is missing because the session reads the log at
+   * compact interval `sessionInterval` while its writer writes it at `sinkInterval` (the sink
+   * record `record` says so): the log is sound, and repair would change nothing.
+   */
+  def logReadAtOtherInterval(
+      file: String,
+      sessionInterval: Int,
+      sinkInterval: Int,
+      record: String
+  ): BatchLogException = invalidArgument(
+    BatchLogConf.CompactIntervalKey,
+    sessionInterval,
+    s"this session reads the sink log at compact interval $sessionInterval, but the sink is " +
+      s"written at $sinkInterval (its record $record), so $file, which the log at " +
+      s"$sessionInterval would have, does not exist. The log is sound: set " +
+      s"${BatchLogConf.CompactIntervalKey}=$sinkInterval in this session to read it"
+  )
+
   def invalidArgument(name: String, value: Any, why: String): BatchLogException =
     new BatchLogException(InvalidArgument, s"Invalid $name = $value: $why")
 

@@ -2,7 +2,7 @@ package io.batchlog
 
 import java.io.File
 
-import io.batchlog.log.BatchTaggedFileStreamSinkLog
+import io.batchlog.log.{BatchTaggedFileStreamSinkLog, SinkRecord}
 
 /** Corrupt, truncated, mis-versioned and missing log files: errors that name the file. */
 class SinkLogBadInputSuite extends SparkSessionTestBase {
@@ -96,4 +96,38 @@ class SinkLogBadInputSuite extends SparkSessionTestBase {
     }
   }
 
+  test("a young log read at another interval than its writer's says so, not 'run repair'") {
+    withTempDir { root =>
+      val dir = metaDir(root)
+      // the writer: interval 10, batches 0..5 (no compact file yet), its record says 10
+      withSQLConf(CompactIntervalKey -> "10") {
+        val log = ours(dir)
+        (0L to 5L).foreach(b => assert(log.add(b, entriesOf(b))))
+        SinkRecord.write(
+          log.checkpointFileManager,
+          log.metadataPath,
+          SinkRecord.first("q", 0L, 10, 1L)
+        )
+      }
+      // a reader at interval 3 looks for 5.compact: the error names the interval to set
+      withSQLConf(CompactIntervalKey -> "3") {
+        val e = intercept[BatchLogException](ours(dir).allFiles())
+        assert(e.code === BatchLogException.InvalidArgument, e.getMessage)
+        assert(e.getMessage.contains("_spark_metadata/5.compact, which the log at 3"), e.getMessage)
+        assert(e.getMessage.contains(s"set $CompactIntervalKey=10 in this session"), e.getMessage)
+        assert(!e.getMessage.contains("repair"), e.getMessage)
+      }
+      // ... which reads it
+      withSQLConf(CompactIntervalKey -> "10") {
+        assert(ours(dir).allFiles().map(_.batchId.get).distinct.sorted.toSeq === (0L to 5L))
+      }
+      // without a record, the missing file is what is wrong: repair is the way out
+      new File(root, "_batchlog").listFiles().foreach(_.delete())
+      withSQLConf(CompactIntervalKey -> "3") {
+        assertFails(BatchLogException.MissingLogFile, new File(dir, "5.compact"), "repair")(
+          ours(dir).allFiles()
+        )
+      }
+    }
+  }
 }

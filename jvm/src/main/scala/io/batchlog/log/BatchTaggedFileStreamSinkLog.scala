@@ -277,9 +277,29 @@ class BatchTaggedFileStreamSinkLog(
     if (!fileManager.exists(metadataPath)) Array.empty
     else fileManager.list(metadataPath, batchFilesFilter).sortBy(f => pathToBatchId(f.getPath))
 
-  /** Why a reader opens log file `logBatchId`: the end of the error if it is missing. */
-  private[log] def readWhy(logBatchId: Long): String =
+  /**
+   * Why a reader opens log file `logBatchId`: the end of the error if it is missing. Every caller
+   * passes it by name, so it runs only once the file turned out to be missing; then, if the sink's
+   * record names another interval than the one this log reads at, that is the cause (a young log,
+   * or one with a single compact file, is read at the session's interval, as Spark reads it), and
+   * it fails with [[BatchLogException.logReadAtOtherInterval]] instead: the log is sound, and an
+   * error sending the user to `repair` would send them in a loop.
+   */
+  private[log] def readWhy(logBatchId: Long): String = {
+    val recorded =
+      try SinkRecord.readWithPath(fileManager, metadataPath)
+      catch { case _: BatchLogException => None } // a damaged record: the missing file it is
+    recorded.filter { case (r, _) => r.compactInterval > 0 && r.compactInterval != compactInterval }
+      .foreach { case (r, at) =>
+        throw BatchLogException.logReadAtOtherInterval(
+          batchIdToPath(logBatchId).toString,
+          compactInterval,
+          r.compactInterval,
+          at.toString
+        )
+      }
     s"the log needs it to read batch $logBatchId at compact interval $compactInterval"
+  }
 
   /** Fails with a clear error unless log file `logBatchId` starts with the `v1` header. */
   def checkHeader(logBatchId: Long): Unit = {
