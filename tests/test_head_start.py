@@ -137,6 +137,39 @@ def test_a_head_start_second_writer_is_stopped_before_it_skips_a_batch(
     assert log_names(chk_a / "offsets") == [] and log_names(chk_a / "commits") == []
 
 
+def test_the_way_out_a_refusal_names_works_takeover_with_the_refused_checkpoint(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A is refused before its first batch: its checkpoint has Spark's ``metadata`` (its id) and,
+    on 4.1+, no ``offsets/`` yet. The takeover the error names accepts that checkpoint; A then
+    writes from the batch after B's latest, and plain Spark reads B's rows and A's batch 3."""
+    out = tmp_path / "out"
+    in_b, chk_b, in_a, chk_a = (tmp_path / n for n in ("in-b", "chk-b", "in-a", "chk-a"))
+    write_input(in_b, 0, 3, ROWS)
+    run(spark, in_b, out, chk_b, SINK_CONFS)  # B: batches 0, 1, 2
+    write_input(in_a, 10, 4, ROWS)  # A: batches 0..3; 0..2 are at or below B's latest
+    refused_start(spark, in_a, out, chk_a)
+    a = query_id(chk_a)
+    # Spark 4.1 creates offsets/ only as the first batch is planned; 4.3 as the query starts.
+    # Here as 4.1 leaves it: the takeover needs only `metadata`.
+    assert log_names(chk_a / "offsets") == []
+    (chk_a / "offsets").rmdir()
+
+    dry = run_cli("takeover", str(out), "--checkpoint", str(chk_a), "--dry-run")
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    record = json.loads((out / "_batchlog" / RECORD).read_text())
+    assert [o["queryId"] for o in record["owners"]] == [query_id(chk_b)]
+    done = run_cli("takeover", str(out), "--checkpoint", str(chk_a))
+    assert done.returncode == 0, done.stderr[-3000:]
+    record = json.loads((out / "_batchlog" / RECORD).read_text())
+    assert [(o["queryId"], o["fromBatch"]) for o in record["owners"]][-1] == (a, 3)
+
+    run(spark, in_a, out, chk_a, SINK_CONFS)  # its batches 0..2 skipped, batch 3 written
+    assert log_names(chk_a / "commits") == ["0", "1", "2", "3"]
+    assert batchlog.SinkLog(spark, str(out)).latest_batch() == 3
+    assert plain_read(out)["ids"] == sorted(ids_of(range(3)) + ids_of(range(13, 14)))
+
+
 def test_a_head_start_writer_on_a_sink_without_an_owner_record_is_stopped(
     spark: SparkSession, tmp_path: Path
 ) -> None:

@@ -171,8 +171,8 @@ object BatchLogException {
 
   def notACheckpoint(path: String): BatchLogException = new BatchLogException(
     NotACheckpoint,
-    s"$path is not a streaming query checkpoint: it has no 'metadata' file and 'offsets' " +
-      "directory. Pass the query's checkpointLocation."
+    s"$path is not a streaming query checkpoint: it has no 'metadata' file (the query " +
+      "id Spark writes as a query starts). Pass the query's checkpointLocation."
   )
 
   def unsupportedCheckpoint(what: String, why: String): BatchLogException = new BatchLogException(

@@ -64,9 +64,10 @@ class QueryCheckpoint(spark: SparkSession, path: String) {
   val sourcesDir = new Path(root, "sources")
   val stateDir = new Path(root, "state")
 
-  if (!fm.exists(new Path(root, "metadata")) || !fm.exists(offsetsDir)) {
-    throw BatchLogException.notACheckpoint(path)
-  }
+  // `metadata` alone makes a checkpoint: Spark writes it as a query is created, while 4.1+ create
+  // `offsets/` only as the query plans its first batch. A query stopped before that (refused at
+  // its start, see `HeadStartListener`) has `metadata` and no `offsets/`, and is one takeover names.
+  if (!fm.exists(new Path(root, "metadata"))) throw BatchLogException.notACheckpoint(path)
 
   /** The query id (`metadata`'s `id`): the same for every run of the query. */
   lazy val queryId: String = {
