@@ -141,6 +141,9 @@ lazy val batchlog = (project in file("jvm"))
       (ThisBuild / baseDirectory).value / "dist" / "maven"
     )),
     Compile / packageDoc / publishArtifact := false,
+    // dist/maven is this checkout's build output: a second `dev/line <line> jar` or `dev/package`
+    // replaces the artifacts of the same version the first one wrote instead of failing on them.
+    publishConfiguration := publishConfiguration.value.withOverwrite(true),
     sparkTestSettings,
     run / fork := true,
     run / javaOptions ++= sparkJavaOptions,
