@@ -55,7 +55,7 @@ class BatchTaggedCommitProtocol(jobId: String, path: String)
     super.setupManifestOptions(fileLog, batchId)
     val spark = SparkSession.active
     this.sinkLog = BatchTaggedFileStreamSinkLog.forSink(spark, fileLog)
-    this.guard = WriterGuard.forLog(spark, sinkLog)
+    this.guard = WriterGuard.forSink(spark, fileLog, sinkLog)
     this.batchId = batchId
   }
 

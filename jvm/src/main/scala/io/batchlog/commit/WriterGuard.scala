@@ -7,7 +7,7 @@ import org.apache.hadoop.fs.Path
 
 import org.apache.spark.internal.Logging
 import org.apache.spark.sql.SparkSession
-import io.batchlog.shim.CheckpointFileManager
+import io.batchlog.shim.{CheckpointFileManager, FileStreamSinkLog}
 
 import io.batchlog.{BatchLogConf, BatchLogException}
 import io.batchlog.Compat
@@ -60,12 +60,19 @@ final class WriterGuard private (
     clock: Clock
 ) extends Logging {
   private val fm: CheckpointFileManager = log.checkpointFileManager
-  private val meta: Path = log.metadataPath
+  private[commit] val meta: Path = log.metadataPath
   private def sink: String = meta.getParent.toString
 
   @volatile private var epoch: Option[Long] = None
   @volatile private var currentBatch = -1L
-  private var keeper: Thread = _
+
+  /**
+   * True once the run's lease keeper started. Not the keeper thread itself: that thread holds the
+   * query's thread, hence the query and its sink, and the guard must not, or it would keep them
+   * after the run ended (the guard lives as long as Spark's log of the sink:
+   * [[WriterGuard.bySink]]).
+   */
+  private var keeping = false
 
   /** When (this JVM's monotonic clock) the last lease write that succeeded started. */
   @volatile private var lastRefreshNanos = 0L
@@ -81,7 +88,7 @@ final class WriterGuard private (
     currentBatch = batchId
     // Checked at the run's first batch; from then on each commit re-reads the record, which every
     // rewind, takeover and repair changes before it changes anything else.
-    if (keeper == null) firstBatch(batchId)
+    if (!keeping) firstBatch(batchId)
     else requireLease(batchId)
   }
 
@@ -113,7 +120,8 @@ final class WriterGuard private (
     }
     writeLease()
     log.beforePublish = (file: Path) => requireLease(currentBatch)
-    keeper = startKeeper(Thread.currentThread())
+    startKeeper(Thread.currentThread())
+    keeping = true
   }
 
   /**
@@ -278,12 +286,28 @@ object WriterGuard {
   def isDeadHere(runId: String): Boolean =
     Option(runsHere.get(runId)).exists(!_.isAlive)
 
-  private val bySink = new java.util.WeakHashMap[BatchTaggedFileStreamSinkLog, WriterGuard]()
+  /**
+   * The guard of each sink, keyed weakly by Spark's log of the sink, which lives as long as the
+   * sink: one query run. The guard holds batchlog's log of the sink, never Spark's, so the entry
+   * goes with the run. (Keyed by batchlog's log, which the guard holds, no entry ever went.)
+   */
+  private val bySink = new java.util.WeakHashMap[FileStreamSinkLog, WriterGuard]()
 
-  /** The guard of the run writing through `log`; the ids come from the query's thread. */
-  def forLog(spark: SparkSession, log: BatchTaggedFileStreamSinkLog): WriterGuard =
+  /** The sinks (their `_spark_metadata` paths) with a guard in this JVM. */
+  private[batchlog] def guardedSinks: Seq[Path] =
+    bySink.synchronized(bySink.values().toArray(Array.empty[WriterGuard]).toSeq.map(_.meta))
+
+  /**
+   * The guard of the run writing the sink of `sinkLog` (Spark's log) through `log` (batchlog's);
+   * the ids come from the query's thread.
+   */
+  def forSink(
+      spark: SparkSession,
+      sinkLog: FileStreamSinkLog,
+      log: BatchTaggedFileStreamSinkLog
+  ): WriterGuard =
     bySink.synchronized {
-      var g = bySink.get(log)
+      var g = bySink.get(sinkLog)
       if (g == null) {
         val sc = spark.sparkContext
         val queryId = Option(sc.getLocalProperty(QueryIdProperty)).getOrElse("unknown")
@@ -296,7 +320,7 @@ object WriterGuard {
           BatchLogConf.fenceWaitMs(spark),
           Clock.current
         )
-        bySink.put(log, g)
+        bySink.put(sinkLog, g)
       }
       g
     }

@@ -433,6 +433,11 @@ object BatchTaggedFileStreamSinkLog {
 
   private val bySink = new java.util.WeakHashMap[FileStreamSinkLog, BatchTaggedFileStreamSinkLog]()
 
+  /** The sinks (their `_spark_metadata` paths) whose running query has a log in this JVM. */
+  private[batchlog] def loggedSinks: Seq[Path] = bySink.synchronized(
+    bySink.values().toArray(Array.empty[BatchTaggedFileStreamSinkLog]).toSeq.map(_.metadataPath)
+  )
+
   /**
    * The tagged log that commits for the sink owning `sinkLog`, one per sink (the commit protocol is
    * re-created each batch; the log, like Spark's, lives as long as the sink).
