@@ -371,7 +371,10 @@ class BatchTaggedFileStreamSinkLog(
     }
   }
 
-  /** Proofs of lineage computed by this instance, by compact id ([[LineageProof]]). */
+  /**
+   * Proofs of lineage computed by this instance, by compact id ([[LineageProof]]): the newest
+   * [[CachedCompacts]] only, as the indexes.
+   */
   private val proofs = new java.util.concurrent.ConcurrentHashMap[Long, LineageProof]()
 
   /**
@@ -385,7 +388,12 @@ class BatchTaggedFileStreamSinkLog(
 
   /** What the surviving log files prove about the untagged entries of compact file `compactId`. */
   def lineageProof(compactId: Long): LineageProof =
-    proofs.computeIfAbsent(compactId, id => LineageProof.of(this, id))
+    Option(proofs.get(compactId)).getOrElse {
+      val proof = LineageProof.of(this, compactId)
+      proofs.put(compactId, proof)
+      Newest.keep(proofs, CachedCompacts)
+      proof
+    }
 
   /**
    * The batch of entry `e` read from log file `logBatchId`: its tag, else what the file or the data

@@ -21,8 +21,20 @@ import io.batchlog.Compat._
  */
 trait CompactIndexReads extends Logging { self: BatchTaggedFileStreamSinkLog =>
 
-  /** Indexes rebuilt in memory by this instance, by compact id (readers never write files). */
-  private val rebuiltIndexes = new java.util.concurrent.ConcurrentHashMap[Long, CompactIndex]()
+  /**
+   * Indexes this instance used, by compact id: proved on disk, or rebuilt by a scan (readers never
+   * write files). One is used again while its compact file keeps the identity (name, length,
+   * modification time) it was proved for, so an index file is read and parsed once per compact
+   * file, not per lookup. Only the newest [[CachedCompacts]] are kept: a running query's log
+   * compacts for as long as it runs.
+   */
+  private val indexes = new java.util.concurrent.ConcurrentHashMap[Long, CompactIndex]()
+
+  /** How many compact files' indexes and proofs a log instance keeps ([[Newest]]). */
+  final protected val CachedCompacts = 2
+
+  /** The compact ids whose index this instance holds (at most [[CachedCompacts]]). */
+  private[batchlog] def cachedIndexIds: Seq[Long] = Newest.keys(indexes)
 
   /**
    * The index of compact file `compactId`: the one on disk if it is proved
@@ -38,20 +50,23 @@ trait CompactIndexReads extends Logging { self: BatchTaggedFileStreamSinkLog =>
         readWhy(compactId)
       )
     )
-    val onDisk =
-      if (rebuild) None
-      else CompactIndex.load(checkpointFileManager, CompactIndex.pathOf(file), status)
-    onDisk.flatMap(_.toOption).getOrElse {
-      val cached = Option(rebuiltIndexes.get(compactId)).filter(i => !rebuild && i.matches(status))
-      cached.getOrElse {
+    val cached = Option(indexes.get(compactId)).filter(i => !rebuild && i.matches(status))
+    cached.getOrElse {
+      val onDisk =
+        if (rebuild) None
+        else CompactIndex.load(checkpointFileManager, CompactIndex.pathOf(file), status)
+      val index = onDisk.flatMap(_.toOption).getOrElse {
         onDisk.flatMap(_.left.toOption).filter(_ != CompactIndex.LegacyReason).foreach { why =>
           logWarning(s"Not using ${CompactIndex.pathOf(file)}: $why. Rebuilding it in memory " +
             "from its compact file (`python -m batchlog repair` rewrites it)")
         }
-        val index = scanIndex(compactId, status)
-        rebuiltIndexes.put(compactId, index)
-        index
+        scanIndex(compactId, status)
       }
+      indexes.put(compactId, index)
+      Newest.keep(indexes, CachedCompacts)
+      // a scan's finding about a compact file goes with its index
+      hasUntaggedLines.retainAll(indexes.keySet())
+      index
     }
   }
 

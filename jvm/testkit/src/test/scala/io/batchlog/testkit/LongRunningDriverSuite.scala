@@ -2,9 +2,13 @@ package io.batchlog.testkit
 
 import java.io.File
 
+import scala.collection.mutable
+
+import org.apache.hadoop.fs.Path
+
 import io.batchlog.{BatchLogConf, SparkSessionTestBase}
 import io.batchlog.commit.WriterGuard
-import io.batchlog.log.BatchTaggedFileStreamSinkLog
+import io.batchlog.log.{BatchTaggedFileStreamSinkLog, CompactIndex, SinkLogEntry}
 import io.batchlog.testshim.intStream
 
 /**
@@ -71,6 +75,61 @@ class LongRunningDriverSuite extends SparkSessionTestBase {
           s"${ours(root, WriterGuard.guardedSinks)}, logs " +
           ours(root, BatchTaggedFileStreamSinkLog.loggedSinks)
       )
+    }
+  }
+
+  private def entry(b: Long, i: Int): SinkLogEntry = SinkLogEntry(
+    f"file:///out/part-0000$i-batch-$b-00000000-0000-0000-0000-${b * 10 + i}%012d.parquet",
+    100L + i,
+    isDir = false,
+    1700000000000L,
+    1,
+    1024L,
+    "add",
+    Some(b)
+  )
+
+  private def pathsOf(log: BatchTaggedFileStreamSinkLog, b: Long): Set[String] = {
+    val out = mutable.Set.empty[String]
+    log.foreachLivePathWhere(_.contains(b))(out += _)
+    out.toSet
+  }
+
+  test("a log keeps its newest two compact files' indexes and reads an index file once") {
+    withTempDir { root =>
+      val meta = new File(root, "_spark_metadata").toString
+      val writer = new BatchTaggedFileStreamSinkLog(spark, meta)
+      (0L until 30L).foreach { b =>
+        assert(writer.add(b, Array.tabulate(2)(entry(b, _))))
+        // compactions read the previous compact file's index: kept, two at most
+        assert(writer.cachedIndexIds.size <= 2, s"after batch $b: ${writer.cachedIndexIds}")
+      }
+      assert(writer.cachedIndexIds == Seq(23L, 26L))
+      assert(new File(root, "_spark_metadata/29.compact" + CompactIndex.Suffix).isFile)
+
+      // A reader counts the opens of 29.compact's index: one, however many lookups it answers,
+      // and the answers are the whole log's.
+      val opens = new java.util.concurrent.atomic.AtomicInteger()
+      FaultInjectingCheckpointFileManager.reset()
+      FaultInjectingCheckpointFileManager.callback = (_: Path) => opens.incrementAndGet()
+      try
+        withSQLConf(
+          TestkitConf.CheckpointFileManagerClassKey -> FaultManager,
+          TestkitConf.FaultOpKey -> "open",
+          TestkitConf.FaultPathRegexKey -> "/29\\.compact\\.index$",
+          TestkitConf.FaultActionKey -> "call"
+        ) {
+          val reader = new BatchTaggedFileStreamSinkLog(spark, meta)
+          (0L until 30L).foreach { b =>
+            assert(pathsOf(reader, b) == Array.tabulate(2)(entry(b, _).path).toSet, s"batch $b")
+          }
+          assert(opens.get == 1)
+          assert(reader.cachedIndexIds == Seq(29L))
+          // another instance reads it once more (the count is real)
+          assert(pathsOf(new BatchTaggedFileStreamSinkLog(spark, meta), 5).size == 2)
+          assert(opens.get == 2)
+        }
+      finally FaultInjectingCheckpointFileManager.callback = (_: Path) => ()
     }
   }
 }
