@@ -272,3 +272,34 @@ def test_conditional_create_is_proved_once_per_bucket(
         assert remote.names(f"s3a://{bucket}/out-probe/_spark_metadata") == ["5"]  # probe removed
     finally:
         stop_server(proc)
+
+
+def test_a_file_system_closed_in_the_driver_does_not_break_the_next_run(
+    spark: SparkSession,
+    s3: str,  # noqa: F811  (the fixture)
+    tmp_path: Path,
+) -> None:
+    """batchlog keeps no ``FileSystem`` of its own for a bucket: it asks Hadoop's cache each time.
+    Other code in a long-running driver closes the cached S3A file system (Hadoop then serves a
+    new one); the next run's lease, record and index uploads go on, and the rows are exact."""
+    inbox = tmp_path / "in"
+    root = f"{s3}/t-{uuid.uuid4().hex[:8]}"
+    out, chk = f"{root}/out", f"{root}/chk"
+    drop_inputs(inbox, {b: rows_of(b) for b in range(2)})
+    confs = {COMMIT_PROTOCOL_KEY: batchlog.COMMIT_PROTOCOL_CLASS, COMPACT_INTERVAL_KEY: "3"}
+    with session_conf(spark, confs):
+        assert run_query(spark, RemoteFs(spark, root), inbox, out, chk, stateful=False) == [0, 1]
+        jvm = spark._jvm
+        assert jvm is not None
+        conf = spark._jsparkSession.sessionState().newHadoopConf()
+        cached = jvm.org.apache.hadoop.fs.Path(out).getFileSystem(conf)
+        cached.close()
+        fresh = jvm.org.apache.hadoop.fs.Path(out).getFileSystem(conf)
+        assert not fresh.equals(cached)  # Hadoop's cache dropped the closed one
+
+        drop_inputs(inbox, {b: rows_of(b) for b in range(2, 4)})
+        fs = RemoteFs(spark, root)
+        assert run_query(spark, fs, inbox, out, chk, stateful=False) == [2, 3]
+        assert fs.log_names(out) == ["0", "1", "2.compact", "3"]
+        assert "2.compact.index" in fs.names(f"{out}/_spark_metadata")
+        assert rows(spark, out) == expected(range(4))

@@ -48,8 +48,13 @@ private[log] object ObjectStorePublish extends Logging {
   def applies(fm: io.batchlog.shim.CheckpointFileManager): Boolean =
     fm.getClass.getName.startsWith("org.apache.spark.")
 
-  /** By `scheme://authority`: the store's file system, if it publishes whole on close. */
-  private val stores = new ConcurrentHashMap[String, Option[FileSystem]]()
+  /**
+   * Buckets (`scheme://authority`) whose store said it publishes whole on close. Only that answer
+   * is kept, never a file system (Hadoop's cache serves it by scheme, authority and user, and a
+   * cached one outlives `close()` and its session's credentials) and never a "no": a capability
+   * lookup that failed is asked again next time.
+   */
+  private val abortable = ConcurrentHashMap.newKeySet[String]()
 
   /**
    * The file system of `file` if it is an object store that publishes a file whole on close; None
@@ -60,14 +65,15 @@ private[log] object ObjectStorePublish extends Logging {
     if (uri.getScheme == null || uri.getScheme == "file" || uri.getScheme == "hdfs") None
     else
       SparkSession.getActiveSession.orElse(SparkSession.getDefaultSession).flatMap { spark =>
-        stores.computeIfAbsent(
-          s"${uri.getScheme}://${uri.getAuthority}",
-          _ =>
-            try {
-              val fs = file.getFileSystem(spark.sessionState.newHadoopConf())
-              if (fs.hasPathCapability(file.getParent, AbortableStream)) Some(fs) else None
-            } catch { case NonFatal(_) => None }
-        )
+        try {
+          val fs = file.getFileSystem(spark.sessionState.newHadoopConf())
+          val bucket = bucketOf(file)
+          if (abortable.contains(bucket)) Some(fs)
+          else if (fs.hasPathCapability(file.getParent, AbortableStream)) {
+            abortable.add(bucket)
+            Some(fs)
+          } else None
+        } catch { case NonFatal(_) => None }
       }
   }
 
@@ -82,8 +88,21 @@ private[log] object ObjectStorePublish extends Logging {
     try fs.hasPathCapability(file, ConditionalCreate)
     catch { case NonFatal(_) => false }
 
-  /** By `scheme://authority`: what the probe found (a probe that failed is not kept). */
-  private val proofs = new ConcurrentHashMap[String, java.lang.Boolean]()
+  /**
+   * By `scheme://authority`: what the probe found, and when (this JVM's monotonic clock). A probe
+   * that failed is not kept; a store that refused the second create is, for good; one that took it
+   * is asked again after [[RecheckIgnoredMs]], so a store fixed meanwhile (or a probe misled by a
+   * transient answer) is not taken for one that ignores the condition for the life of the driver.
+   */
+  private val proofs = new ConcurrentHashMap[String, (Boolean, Long)]()
+
+  /** How long a store seen to ignore `If-None-Match` is believed to (one probe per period). */
+  val RecheckIgnoredMs: Long = 10 * 60 * 1000L
+
+  private def kept(bucket: String): Option[Boolean] = Option(proofs.get(bucket)).collect {
+    case (true, _) => true
+    case (false, at) if (System.nanoTime() - at) / 1000000L < RecheckIgnoredMs => false
+  }
 
   private def bucketOf(file: Path): String = s"${file.toUri.getScheme}://${file.toUri.getAuthority}"
 
@@ -92,11 +111,12 @@ private[log] object ObjectStorePublish extends Logging {
    * the `If-None-Match` header and ignore it, and then a second writer's log file silently replaces
    * the first's. Proved once per bucket by creating a probe object `.batchlog-conditional-probe-
    * <uuid>` beside `file` twice, conditionally: the second must be refused (then removed). A store
-   * that accepts it is remembered too, for this JVM (its log files then go through the manager, as
-   * Spark's); a probe that fails (no permission, a network error) is not remembered: None.
+   * that accepts it is remembered too, for [[RecheckIgnoredMs]] (its log files then go through the
+   * manager, as Spark's); a probe that fails (no permission, a network error) is not remembered:
+   * None.
    */
   def proveCreateOnce(fs: FileSystem, file: Path): Option[Boolean] =
-    Option(proofs.get(bucketOf(file))).map(_.booleanValue).orElse {
+    kept(bucketOf(file)).orElse {
       val probe = new Path(file.getParent, s".batchlog-conditional-probe-${UUID.randomUUID()}")
       val once = (_: OutputStream).write(Array[Byte]('p'))
       try {
@@ -112,7 +132,7 @@ private[log] object ObjectStorePublish extends Logging {
               "to say so up front."
           )
         }
-        proofs.put(bucketOf(file), refused)
+        proofs.put(bucketOf(file), (refused, System.nanoTime()))
         Some(refused)
       } catch {
         case NonFatal(e) =>
