@@ -4,7 +4,7 @@ import java.io.File
 
 import org.apache.hadoop.fs.Path
 
-import io.batchlog.log.{Clock, JsonRecordFile, SinkOwner, SinkRecord, WriterLease}
+import io.batchlog.log.{Clock, JsonRecordFile, LeaseWatch, SinkOwner, SinkRecord, WriterLease}
 import io.batchlog.ops.WriterFence
 import io.batchlog.shim.CheckpointFileManager
 
@@ -147,5 +147,15 @@ class LeaseWatchSuite extends SparkSessionTestBase {
       val v3 = SinkRecord.compareAndSet(fm, meta, Some(v2), v2.copy(compactInterval = 5))
       assert(v3.seq == 3L && v3.epoch == 7L && SinkRecord.read(fm, meta).contains(v3))
     }
+  }
+
+  test("observations stay bounded in a driver that watches ever new sinks; the current one kept") {
+    val clock = new ManualClock()
+    val max = JsonRecordFile.MaxRemembered
+    (0 to max + 10).foreach(i => LeaseWatch.unchangedMs(s"file:/sinks/$i/lease", lease(0L), clock))
+    assert(LeaseWatch.watched <= max + 1)
+    clock.advance(Minute)
+    // the lease watched last is still remembered: seen unchanged for the minute since
+    assert(LeaseWatch.unchangedMs(s"file:/sinks/${max + 10}/lease", lease(0L), clock) == Minute)
   }
 }

@@ -29,6 +29,13 @@ import io.batchlog.Compat._
  */
 object JsonRecordFile {
 
+  /**
+   * How many sinks a JVM-wide note by sink path holds before it starts over: such notes only spare
+   * a request, so forgetting them is safe, and a driver that writes ever new sinks for weeks must
+   * not grow by one entry per sink.
+   */
+  val MaxRemembered = 4096
+
   /** The directory of batchlog's records, under the sink's output directory. */
   val RecordDir = "_batchlog"
 
@@ -124,7 +131,12 @@ class JsonRecordFile[T <: AnyRef: Manifest](val fileName: String) {
   def write(fm: CheckpointFileManager, metadataPath: Path, record: T): Unit = {
     publishRecordFile(fm, path(metadataPath), overwrite = true)(_.write(bytes(record)))
     val legacy = legacyPath(metadataPath)
-    if (migrated.add(legacy.toString)) fm.delete(legacy)
+    if (migrated.add(legacy.toString)) {
+      fm.delete(legacy)
+      // one entry per sink this JVM wrote: a driver writing ever new sinks starts over now and then
+      // (a forgotten sink costs one delete more at its next write)
+      if (migrated.size > JsonRecordFile.MaxRemembered) migrated.clear()
+    }
   }
 
   /**

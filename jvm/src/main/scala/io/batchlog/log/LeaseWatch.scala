@@ -24,6 +24,10 @@ object LeaseWatch {
    * unchanged: 0 the first time it sees this version.
    */
   def unchangedMs(file: String, lease: WriterLease, clock: Clock): Long = {
+    // One entry per lease watched. A driver watching ever new sinks starts over now and then:
+    // forgetting an observation only makes the next one watch longer, never judge a lease dead
+    // sooner.
+    if (seen.size > JsonRecordFile.MaxRemembered && !seen.containsKey(file)) seen.clear()
     val s = seen.compute(
       file,
       (_, prev) =>
@@ -31,6 +35,9 @@ object LeaseWatch {
     )
     math.max(0L, clock.elapsedMs(s.sinceNanos))
   }
+
+  /** How many leases this JVM has an observation of. */
+  private[batchlog] def watched: Int = seen.size
 
   /** Forgets what was seen of `file` (the lease is gone). */
   def forget(file: String): Unit = seen.remove(file)
