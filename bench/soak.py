@@ -1,0 +1,491 @@
+"""Soak: one long-running driver, many query runs and batches; is anything growing? (issue 25)
+
+One driver runs, round after round (``--round`` upstream batches each, ``--batches`` in all):
+
+- a stateful query with the plugin (JSON file source, one input file per batch, a watermarked
+  ``dropDuplicates`` so its state stays bounded, a parquet sink with ``retention``, compactInterval
+  10, the writer lease refreshed by its keeper), run to the end of its input (availableNow): every
+  round is a restart;
+- a downstream query on the ``batchlog`` source over that sink (restarted each round too);
+- a ``verify``, a dry-run ``rewind`` and a read by batch of the sink;
+- ``--short-runs`` short availableNow query runs in all, each against a sink of its own.
+
+After each round it samples the driver JVM (the py4j gateway's JVM, or the Spark Connect server's):
+live heap after a full GC (``jcmd GC.run``, then ``GC.heap_info``), its thread count and its open
+file descriptors (``/proc/<pid>``); and the upstream query's ``addBatch`` duration per batch (the
+commit). The verdict: each of heap, threads and descriptors is flat (the mean of the last tenth of
+the run within 10% of the second tenth's), and the commit latency's p99 over the last tenth within
+1.5x of the second tenth's.
+
+``--connect-batches`` then runs the same loop for a shorter stretch through a Spark Connect server
+(Spark's own, started here with the batchlog jar, stopped by PID), judged the same way.
+
+Usage: python bench/soak.py [--batches 10000] [--round 500] [--short-runs 200]
+       [--connect-batches 2000] [--work DIR] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "python"))
+sys.path.insert(0, str(ROOT / "tests"))
+
+import batchlog  # noqa: E402
+
+ROWS = 4  # rows per input file (per batch)
+SCHEMA = "id LONG, ts TIMESTAMP, country STRING"
+COMPACT_INTERVAL = "10"
+CONFS = {
+    "spark.sql.streaming.commitProtocolClass": batchlog.COMMIT_PROTOCOL_CLASS,
+    "spark.sql.streaming.fileSink.log.compactInterval": COMPACT_INTERVAL,
+    "spark.sql.shuffle.partitions": "1",
+}
+# Spark's own status store keeps the last 1,000 jobs, stages and SQL executions (with the UI off
+# too): it grows for the first few hundred batches, then stays. Smaller limits let it reach them
+# early, so that what grows after is what the soak looks for.
+SERVER_CONFS = {
+    "spark.ui.retainedJobs": "50",
+    "spark.ui.retainedStages": "50",
+    "spark.sql.ui.retainedExecutions": "20",
+    "spark.ui.retainedDeadExecutors": "10",
+}
+
+
+@dataclass
+class Sample:
+    """The driver JVM after a round."""
+
+    batches: int  # upstream batches so far
+    heap_mib: float
+    threads: int
+    fds: int
+    seconds: float  # since the start
+
+
+@dataclass
+class Run:
+    mode: str  # "py4j" or "connect"
+    batches: int = 0
+    short_runs: int = 0
+    samples: list[Sample] = field(default_factory=list)
+    latencies: list[tuple[int, float]] = field(default_factory=list)  # (batch, addBatch ms)
+    rounds: list[dict[str, float]] = field(default_factory=list)  # seconds per step, per round
+    threads_grown: dict[str, int] = field(default_factory=dict)  # by name, last round - first
+    instances_grown: dict[str, int] = field(default_factory=dict)  # batchlog's, last - first
+
+
+# ---- the JVM, seen from outside -----------------------------------------------------------------
+
+
+def jvm_sample(pid: int) -> tuple[float, int, int]:
+    """Live heap (MiB, after a full GC), threads and open file descriptors of JVM ``pid``."""
+    subprocess.run(["jcmd", str(pid), "GC.run"], check=True, capture_output=True)
+    info = subprocess.run(
+        ["jcmd", str(pid), "GC.heap_info"], check=True, capture_output=True, text=True
+    ).stdout
+    m = re.search(r"used (\d+)K", info)
+    if not m:
+        raise SystemExit(f"cannot read the heap of {pid}: {info}")
+    status = Path(f"/proc/{pid}/status").read_text()
+    threads = int(re.search(r"^Threads:\s+(\d+)", status, re.M).group(1))  # type: ignore[union-attr]
+    fds = len(os.listdir(f"/proc/{pid}/fd"))
+    return int(m.group(1)) / 1024, threads, fds
+
+
+def thread_names(pid: int) -> Counter[str]:
+    """JVM ``pid``'s threads by name, numbers folded (``pool-12-thread-3``: ``pool-N-thread-N``)."""
+    dump = subprocess.run(
+        ["jcmd", str(pid), "Thread.print"], check=True, capture_output=True, text=True
+    ).stdout
+    return Counter(
+        re.sub(r"[0-9a-f]{8}-[0-9a-f-]{27}|\d+", "N", m)
+        for m in re.findall(r'^"([^"]*)"', dump, re.M)
+    )
+
+
+def batchlog_instances(pid: int) -> Counter[str]:
+    """Live instances of batchlog's classes in JVM ``pid`` (``jcmd GC.class_histogram``, which
+    collects first)."""
+    histo = subprocess.run(
+        ["jcmd", str(pid), "GC.class_histogram"], check=True, capture_output=True, text=True
+    ).stdout
+    return Counter(
+        {
+            m.group(2): int(m.group(1))
+            for m in re.finditer(r"^\s*\d+:\s+(\d+)\s+\d+\s+(io\.batchlog\.\S+)", histo, re.M)
+        }
+    )
+
+
+# ---- one round ----------------------------------------------------------------------------------
+
+
+def write_inputs(inbox: Path, first: int, n: int) -> None:
+    """Input files for batches first..first+n-1: ids unique per batch, event time one second a
+    batch, modification times in batch order (the file source reads them in that order)."""
+    inbox.mkdir(parents=True, exist_ok=True)
+    base = int(time.time()) - 10 * 3600
+    for b in range(first, first + n):
+        f = inbox / f"events-{b:06d}.json"
+        ts = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(1767225600 + b))
+        rows = ({"id": b * 10 + i, "ts": ts, "country": ("NL", "FR")[i % 2]} for i in range(ROWS))
+        f.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        os.utime(f, (base + b, base + b))
+
+
+def await_done(q: Any, what: str, timeout_s: float = 3600) -> None:
+    """Waits for an availableNow query; raises its error."""
+    q.awaitTermination(timeout_s)
+    if q.isActive:
+        q.stop()
+        raise SystemExit(f"{what} did not finish in {timeout_s} s")
+    if q.exception() is not None:
+        raise SystemExit(f"{what} failed: {q.exception()}")
+
+
+def upstream(spark: Any, inbox: Path, sink: str, chk: str) -> list[tuple[int, float]]:
+    """The stateful query to the end of its input; (batch, addBatch ms) of each batch it ran."""
+    events = (
+        spark.readStream.schema(SCHEMA)
+        .option("maxFilesPerTrigger", 1)
+        .json(str(inbox))
+        .withWatermark("ts", "10 seconds")
+        .dropDuplicates(["id", "ts"])
+    )
+    q = (
+        events.writeStream.format("parquet")
+        .option("checkpointLocation", chk)
+        .option("retention", "1h")
+        .partitionBy("country")
+        .trigger(availableNow=True)
+        .start(sink)
+    )
+    await_done(q, "the upstream query")
+    # attributes: over Connect the progress' dict view lacks some keys
+    return [
+        (int(p.batchId), float(p.durationMs.get("addBatch", 0)))
+        for p in q.recentProgress
+        if (p.numInputRows or 0) > 0
+    ]
+
+
+def downstream(spark: Any, sink: str, out: str, chk: str) -> None:
+    """A query on the batchlog source over the sink, to the end (availableNow)."""
+    q = (
+        spark.readStream.format("batchlog")
+        .schema("id LONG, ts TIMESTAMP, country STRING")
+        .load(sink)
+        .writeStream.format("parquet")
+        .option("checkpointLocation", chk)
+        .trigger(availableNow=True)
+        .start(out)
+    )
+    await_done(q, "the downstream query")
+
+
+def short_run(spark: Any, work: Path, k: int) -> None:
+    """One short availableNow query against a sink of its own: one input file, one batch."""
+    inbox = work / f"short-{k}" / "in"
+    write_inputs(inbox, k, 1)
+    sink = str(work / f"short-{k}" / "out")
+    q = (
+        spark.readStream.schema(SCHEMA)
+        .json(str(inbox))
+        .writeStream.format("parquet")
+        .option("checkpointLocation", str(work / f"short-{k}" / "chk"))
+        .trigger(availableNow=True)
+        .start(sink)
+    )
+    await_done(q, f"short run {k}")
+    n = spark.read.parquet(sink).count()
+    if n != ROWS:
+        raise SystemExit(f"short run {k}: {n} rows, expected {ROWS}")
+
+
+@contextmanager
+def timed(steps: dict[str, float], name: str) -> Iterator[None]:
+    """Adds the block's seconds to ``steps[name]``."""
+    t0 = time.monotonic()
+    try:
+        yield
+    finally:
+        steps[name] = round(steps.get(name, 0.0) + time.monotonic() - t0, 2)
+
+
+def soak(
+    spark: Any, pid: int, mode: str, work: Path, batches: int, per_round: int, shorts: int
+) -> Run:
+    run = Run(mode)
+    inbox, sink, chk = work / "in", str(work / "sink"), str(work / "chk")
+    down, down_chk = str(work / "down"), str(work / "down-chk")
+    rounds = math.ceil(batches / per_round)
+    started = time.monotonic()
+    heap, threads, fds = jvm_sample(pid)
+    run.samples.append(Sample(0, heap, threads, fds, 0.0))
+    for r in range(rounds):
+        steps: dict[str, float] = {}
+        n = min(per_round, batches - run.batches)
+        write_inputs(inbox, run.batches, n)
+        with timed(steps, "upstream"):
+            lat = upstream(spark, inbox, sink, chk)
+        if len(lat) != n:
+            raise SystemExit(f"round {r}: the upstream query ran {len(lat)} batches, expected {n}")
+        run.latencies += lat
+        run.batches += n
+        with timed(steps, "downstream"):
+            downstream(spark, sink, down, down_chk)
+        # the sink's latest batch (no-data batches of the watermark count too), and the last with
+        # input rows
+        latest = int(batchlog.SinkLog(spark, sink).latest_batch() or 0)
+        last_data = lat[-1][0]
+        with timed(steps, "verify"):
+            batchlog.verify(spark, sink)
+        with timed(steps, "rewind dry run"):
+            to = max(0, latest - 5)
+            plan = batchlog.rewind(spark, sink, chk, to_batch=to, dry_run=True, quiet=True)
+        with timed(steps, "read by batch"):
+            got = batchlog.read(
+                spark, sink, "parquet", from_batch=last_data, to_batch=last_data
+            ).count()
+        if got != ROWS:
+            raise SystemExit(f"round {r}: batch {last_data} read back {got} rows, expected {ROWS}")
+        due = round(shorts * (r + 1) / rounds)
+        while run.short_runs < due:
+            with timed(steps, "short runs"):
+                short_run(spark, work, run.short_runs)
+            run.short_runs += 1
+        heap, threads, fds = jvm_sample(pid)
+        run.samples.append(Sample(run.batches, heap, threads, fds, time.monotonic() - started))
+        run.rounds.append(steps)
+        names, instances = thread_names(pid), batchlog_instances(pid)
+        if r == 0:
+            first_names, first_instances = names, instances
+        else:
+            run.threads_grown = dict((names - first_names).most_common())
+            run.instances_grown = dict((instances - first_instances).most_common())
+        p = [ms for _, ms in lat]
+        print(
+            f"[soak {mode}] round {r + 1}/{rounds}: batches {run.batches:>6,}  "
+            f"heap {heap:7.1f} MiB  threads {threads:4d}  fds {fds:4d}  commit (addBatch) "
+            f"median {statistics.median(p):6.1f} ms  rewind plan {len(plan.plan.affected_batches)} "
+            f"batches  short runs {run.short_runs}  "
+            + "  ".join(f"{k} {v:.1f}s" for k, v in steps.items()),
+            flush=True,
+        )
+    print(f"[soak {mode}] threads more than after the first round: {run.threads_grown}")
+    print(
+        f"[soak {mode}] batchlog instances more than after the first round: {run.instances_grown}"
+    )
+    return run
+
+
+# ---- the verdict --------------------------------------------------------------------------------
+
+
+def tenth(xs: list[Any], i: int) -> list[Any]:
+    """The i-th tenth (0-based) of ``xs``, at least one element."""
+    n = len(xs)
+    lo, hi = n * i // 10, max(n * (i + 1) // 10, n * i // 10 + 1)
+    return xs[lo:hi]
+
+
+def p99(xs: list[float]) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, math.ceil(0.99 * len(s)) - 1)]
+
+
+def judge(run: Run) -> list[dict[str, Any]]:
+    samples = run.samples[1:]  # after each round
+    out = []
+    for name, get in (
+        ("live heap after GC (MiB)", lambda s: s.heap_mib),
+        ("threads", lambda s: float(s.threads)),
+        ("open file descriptors", lambda s: float(s.fds)),
+    ):
+        second = statistics.mean(get(s) for s in tenth(samples, 1))
+        last = statistics.mean(get(s) for s in tenth(samples, 9))
+        out.append(
+            {
+                "mode": run.mode,
+                "measure": name,
+                "second_tenth": round(second, 1),
+                "last_tenth": round(last, 1),
+                "ratio": round(last / second, 3),
+                "goal": "<= 1.10",
+                "met": last <= 1.10 * second,
+            }
+        )
+    lat = [ms for _, ms in run.latencies]
+    second, last = p99(tenth(lat, 1)), p99(tenth(lat, 9))
+    out.append(
+        {
+            "mode": run.mode,
+            "measure": "commit latency p99 (ms)",
+            "second_tenth": second,
+            "last_tenth": last,
+            "ratio": round(last / second, 3),
+            "goal": "<= 1.5",
+            "met": last <= 1.5 * second,
+        }
+    )
+    return out
+
+
+def table(verdicts: list[dict[str, Any]]) -> str:
+    lines = [
+        f"{'mode':<8} {'measure':<26} {'2nd tenth':>10} {'last tenth':>11} {'ratio':>6} "
+        f"{'goal':>7}  verdict"
+    ]
+    for v in verdicts:
+        lines.append(
+            f"{v['mode']:<8} {v['measure']:<26} {v['second_tenth']:>10,.1f} "
+            f"{v['last_tenth']:>11,.1f} {v['ratio']:>6.3f} {v['goal']:>7}  "
+            + ("MET" if v["met"] else "NOT MET")
+        )
+    return "\n".join(lines)
+
+
+def plot(runs: list[Run], file: Path) -> None:
+    """Heap, threads, descriptors and commit latency (p99 per round) over batches, per mode."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7), sharex=False)
+    for run in runs:
+        xs = [s.batches for s in run.samples[1:]]
+        for ax, ys, title in (
+            (axes[0][0], [s.heap_mib for s in run.samples[1:]], "live heap after GC (MiB)"),
+            (axes[0][1], [s.threads for s in run.samples[1:]], "threads"),
+            (axes[1][0], [s.fds for s in run.samples[1:]], "open file descriptors"),
+        ):
+            ax.plot(xs, ys, marker=".", label=run.mode)
+            ax.set_title(title)
+            ax.set_ylim(bottom=0)
+        per_round: dict[int, list[float]] = {}
+        bounds = xs
+        for i, (_, ms) in enumerate(run.latencies):
+            r = next(k for k, b in enumerate(bounds) if i < b)
+            per_round.setdefault(r, []).append(ms)
+        axes[1][1].plot(
+            [bounds[r] for r in per_round],
+            [p99(v) for v in per_round.values()],
+            marker=".",
+            label=run.mode,
+        )
+        axes[1][1].set_title("commit (addBatch) p99 per round (ms)")
+        axes[1][1].set_ylim(bottom=0)
+    for row in axes:
+        for ax in row:
+            ax.set_xlabel("upstream batches")
+            ax.legend()
+    fig.suptitle("batchlog soak: one driver, query runs restarted every round")
+    fig.tight_layout()
+    file.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(file, dpi=90)
+
+
+# ---- the sessions -------------------------------------------------------------------------------
+
+
+def classic_session() -> tuple[Any, int]:
+    from pyspark.sql import SparkSession
+
+    builder = batchlog.configure(SparkSession.builder).master("local[2]").appName("batchlog-soak")
+    for k, v in {
+        **CONFS,
+        **SERVER_CONFS,
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.driver.memory": "2g",
+    }.items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    pid = int(spark._jvm.java.lang.ProcessHandle.current().pid())  # type: ignore[union-attr]
+    return spark, pid
+
+
+def run_connect(work: Path, args: argparse.Namespace) -> Run:
+    from connect_support import batchlog_server_conf, start_connect_server, stop_connect_server
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    proc, url = start_connect_server(
+        work / "server", [batchlog.jar_path()], {**batchlog_server_conf(), **CONFS, **SERVER_CONFS}
+    )
+    try:
+        spark = ConnectSession.builder.remote(url).getOrCreate()
+        try:
+            return soak(
+                spark,
+                proc.pid,
+                "connect",
+                work / "connect",
+                args.connect_batches,
+                args.round,
+                args.short_runs * args.connect_batches // args.batches,
+            )
+        finally:
+            spark.stop()
+    finally:
+        stop_connect_server(proc)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--batches", type=int, default=10000)
+    ap.add_argument("--round", type=int, default=500)
+    ap.add_argument("--short-runs", type=int, default=200)
+    ap.add_argument("--connect-batches", type=int, default=2000)
+    ap.add_argument("--work", type=Path)
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--plot", type=Path)
+    args = ap.parse_args(argv)
+    work = args.work or Path(tempfile.mkdtemp(prefix="batchlog-soak-"))
+    runs = []
+    try:
+        spark, pid = classic_session()
+        try:
+            runs.append(
+                soak(spark, pid, "py4j", work / "py4j", args.batches, args.round, args.short_runs)
+            )
+        finally:
+            spark.stop()
+        if args.connect_batches > 0:
+            runs.append(run_connect(work, args))
+    finally:
+        if args.work is None:
+            shutil.rmtree(work, ignore_errors=True)
+    verdicts = [v for r in runs for v in judge(r)]
+    print(table(verdicts))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(
+            json.dumps({"runs": [asdict(r) for r in runs], "verdicts": verdicts}, indent=1) + "\n"
+        )
+    if args.plot:
+        plot(runs, args.plot)
+    return 0 if all(v["met"] for v in verdicts) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
