@@ -57,6 +57,8 @@ CONFS = {
     "spark.sql.streaming.commitProtocolClass": batchlog.COMMIT_PROTOCOL_CLASS,
     "spark.sql.streaming.fileSink.log.compactInterval": COMPACT_INTERVAL,
     "spark.sql.shuffle.partitions": "1",
+    # every batch of a round in the query's recentProgress (Spark keeps 100 by default)
+    "spark.sql.streaming.numRecentProgressUpdates": "5000",
 }
 # Spark's own status store keeps the last 1,000 jobs, stages and SQL executions (with the UI off
 # too): it grows for the first few hundred batches, then stays. Smaller limits let it reach them
@@ -460,6 +462,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path)
     ap.add_argument("--plot", type=Path)
     args = ap.parse_args(argv)
+    if args.round > 4000:
+        ap.error("--round: at most 4000 (the batches of a round must fit in recentProgress)")
     work = args.work or Path(tempfile.mkdtemp(prefix="batchlog-soak-"))
     runs = []
     try:
