@@ -136,16 +136,23 @@ def configure(builder: SparkSession.Builder) -> SparkSession.Builder:
     options, a running ``SparkContext``, ``spark-defaults.conf`` and ``PYSPARK_SUBMIT_ARGS``
     (``--jars``, ``--packages``, ``--conf``) as ``pyspark`` and ``spark-submit`` load them. Where
     ``PYSPARK_SUBMIT_ARGS`` names ``--jars`` and the JVM is not started yet, the jar is added there
-    too: ``spark-submit`` puts that list, not ``spark.jars``, on the driver's class path.
+    too: ``spark-submit`` puts that list, not ``spark.jars``, on the driver's class path. Where
+    the JVM is not started yet and packages are to be fetched (``spark.jars.packages``, as
+    Delta's ``configure_spark_with_delta_pip`` sets: call it before this) and the builder sets no
+    ``spark.jars``, the jars go to ``PYSPARK_SUBMIT_ARGS``'s ``--jars`` only, so that the packages'
+    jars spark-submit adds to ``spark.jars`` stay there for the executors. A batchlog jar already
+    on the list (``--packages io.batchlog:...``) is not added twice.
     """
     effective = _effective_conf.EffectiveConf.of(builder)
-    jars = _effective_conf.with_jar(effective.list_value("spark.jars"), jar_path())
+    jars = _effective_conf.with_batchlog_jar(effective.list_value("spark.jars"), jar_path())
     extensions = effective.list_value(EXTENSIONS_KEY)
     if EXTENSIONS_CLASS not in extensions:
         extensions.append(EXTENSIONS_CLASS)
-    _effective_conf.add_submit_jar(jar_path())
-    return (
-        builder.config("spark.jars", ",".join(jars))
-        .config(COMMIT_PROTOCOL_KEY, COMMIT_PROTOCOL_CLASS)
-        .config(EXTENSIONS_KEY, ",".join(extensions))
+    builder = builder.config(COMMIT_PROTOCOL_KEY, COMMIT_PROTOCOL_CLASS).config(
+        EXTENSIONS_KEY, ",".join(extensions)
     )
+    if _effective_conf.packages_resolved_at_launch(builder, effective):
+        _effective_conf.submit_jars(jars)
+        return builder
+    _effective_conf.add_submit_jar(jar_path())
+    return builder.config("spark.jars", ",".join(jars))

@@ -12,6 +12,12 @@ without it, from every place Spark reads it, lowest precedence first:
 4. the builder's own options.
 
 Nothing here starts a JVM.
+
+Where pyspark itself launches the JVM (through ``spark-submit``, with the builder's options as
+``--conf``), it sets the builder's options again over the conf that JVM started with. A builder
+``spark.jars`` would so replace the jars ``spark-submit`` resolved for ``spark.jars.packages``
+(``--packages``, Delta's ``configure_spark_with_delta_pip``): the driver still loads them, the
+executors never get them. ``submit_jars`` hands batchlog's jar to ``spark-submit`` instead.
 """
 
 from __future__ import annotations
@@ -55,8 +61,10 @@ def _submit_args() -> list[str]:
 
 
 def _parse_submit_args(args: list[str]) -> tuple[dict[str, str], str | None]:
-    """The properties ``PYSPARK_SUBMIT_ARGS`` sets, and its ``--properties-file``."""
+    """The properties ``PYSPARK_SUBMIT_ARGS`` sets, and its ``--properties-file``. ``--jars`` and
+    ``--packages`` win over ``--conf spark.jars=``/``spark.jars.packages=``, as in spark-submit."""
     props: dict[str, str] = {}
+    explicit: dict[str, str] = {}
     properties_file = None
     i = 0
     while i < len(args):
@@ -69,13 +77,14 @@ def _parse_submit_args(args: list[str]) -> tuple[dict[str, str], str | None]:
             props[k] = v
             i += 2
         elif a in _SUBMIT_KEYS and value is not None:
-            props[_SUBMIT_KEYS[a]] = value
+            explicit[_SUBMIT_KEYS[a]] = value
             i += 2
         elif a == "--properties-file" and value is not None:
             properties_file = value
             i += 2
         else:
             i += 1
+    props.update(explicit)
     return props, properties_file
 
 
@@ -136,10 +145,54 @@ def local_path(jar: str) -> str:
     return parsed.path if parsed.scheme in ("", "file") else jar
 
 
-def with_jar(jars: list[str], jar: str) -> list[str]:
-    """``jars`` with ``jar`` appended unless it is there already (in any of its spellings)."""
+#: A batchlog jar by its file name: as built (``batchlog-spark-4.2_2.13.jar``), from Maven
+#: (``batchlog-spark-4.2_2.13-0.1.0.jar``) or as ``--packages`` retrieves it into Ivy's ``jars/``
+#: (``io.batchlog_batchlog-spark-4.2_2.13-0.1.0.jar``).
+_BATCHLOG_JAR = re.compile(r"^(io\.batchlog_)?batchlog-spark-\d+\.\d+_\d+\.\d+(-\d[^/]*)?\.jar$")
+
+
+def is_batchlog_jar(jar: str) -> bool:
+    """True for a path or URI whose file name is a batchlog jar's (not its sources or docs)."""
+    name = local_path(jar).rstrip("/").rsplit("/", 1)[-1]
+    return bool(_BATCHLOG_JAR.match(name)) and not name.endswith(("-sources.jar", "-javadoc.jar"))
+
+
+def with_batchlog_jar(jars: list[str], jar: str) -> list[str]:
+    """``jars`` with batchlog's ``jar`` appended unless it is there already (in any of its
+    spellings), or another batchlog jar is (say ``--packages io.batchlog:...`` fetched it): two
+    on one class path would be one too many."""
     have = {local_path(j) for j in jars}
-    return jars if local_path(jar) in have else [*jars, jar]
+    if local_path(jar) in have or any(map(is_batchlog_jar, jars)):
+        return jars
+    return [*jars, jar]
+
+
+def packages_resolved_at_launch(builder: SparkSession.Builder, effective: EffectiveConf) -> bool:
+    """True if pyspark will launch the JVM through ``spark-submit`` (none runs yet), which will
+    resolve ``spark.jars.packages`` and add those jars to ``spark.jars``, and the builder has no
+    ``spark.jars`` of its own: a builder option ``spark.jars`` would then replace that list."""
+    return (
+        SparkContext._jvm is None
+        and "spark.jars" not in getattr(builder, "_options", {})
+        and bool(effective.list_value("spark.jars.packages"))
+    )
+
+
+def submit_jars(jars: list[str]) -> None:
+    """Sets the ``--jars`` of ``PYSPARK_SUBMIT_ARGS`` (pyspark's default ``pyspark-shell`` when
+    unset) to ``jars``: spark-submit adds the jars it resolves for packages to that list."""
+    args = _submit_args() or ["pyspark-shell"]
+    value = ",".join(jars)
+    for i, a in enumerate(args):
+        if a == "--jars" and i + 1 < len(args):
+            args[i + 1] = value
+            break
+        if a.startswith("--jars="):
+            args[i] = "--jars=" + value
+            break
+    else:
+        args = ["--jars", value, *args]
+    os.environ[_SUBMIT_ENV] = shlex.join(args)
 
 
 def add_submit_jar(jar: str) -> None:
@@ -150,11 +203,11 @@ def add_submit_jar(jar: str) -> None:
     args = _submit_args()
     for i, a in enumerate(args):
         if a == "--jars" and i + 1 < len(args):
-            args[i + 1] = ",".join(with_jar([j for j in args[i + 1].split(",") if j], jar))
+            args[i + 1] = ",".join(with_batchlog_jar([j for j in args[i + 1].split(",") if j], jar))
             os.environ[_SUBMIT_ENV] = shlex.join(args)
             return
         if a.startswith("--jars="):
             jars = [j for j in a[len("--jars=") :].split(",") if j]
-            args[i] = "--jars=" + ",".join(with_jar(jars, jar))
+            args[i] = "--jars=" + ",".join(with_batchlog_jar(jars, jar))
             os.environ[_SUBMIT_ENV] = shlex.join(args)
             return
