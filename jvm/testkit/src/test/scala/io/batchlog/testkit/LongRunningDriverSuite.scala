@@ -6,7 +6,7 @@ import scala.collection.mutable
 
 import org.apache.hadoop.fs.Path
 
-import io.batchlog.{BatchLogConf, SparkSessionTestBase}
+import io.batchlog.{BatchLogConf, BatchLogException, SparkSessionTestBase}
 import io.batchlog.commit.WriterGuard
 import io.batchlog.log.{BatchTaggedFileStreamSinkLog, CompactIndex, SinkLogEntry}
 import io.batchlog.testshim.intStream
@@ -128,6 +128,22 @@ class LongRunningDriverSuite extends SparkSessionTestBase {
           // another instance reads it once more (the count is real)
           assert(pathsOf(new BatchTaggedFileStreamSinkLog(spark, meta), 5).size == 2)
           assert(opens.get == 2)
+
+          // Bit rot after the reader cached the index: one digit of batch 5's entry changes, the
+          // compact file keeps its name, length and mtime. The cached index still checks each
+          // run's CRC32C, so the same reader refuses the damaged run instead of serving it.
+          val compact = new File(root, "_spark_metadata/29.compact")
+          val mtime = compact.lastModified()
+          val text = new String(java.nio.file.Files.readAllBytes(compact.toPath), "UTF-8")
+          val rotten = text.replace("-000000000050.parquet", "-000000000059.parquet")
+          assert(rotten != text && rotten.length == text.length)
+          java.nio.file.Files.write(compact.toPath, rotten.getBytes("UTF-8"))
+          assert(compact.setLastModified(mtime))
+          val e = intercept[BatchLogException](pathsOf(reader, 5))
+          assert(e.code == BatchLogException.CorruptLog, e.getMessage)
+          assert(e.getMessage.contains("29.compact is damaged"), e.getMessage)
+          assert(opens.get == 2) // the cached index, not a new read of the index file
+          assert(pathsOf(reader, 6) == Array.tabulate(2)(entry(6, _).path).toSet)
         }
       finally FaultInjectingCheckpointFileManager.callback = (_: Path) => ()
     }
