@@ -7,7 +7,8 @@ One driver runs, round after round (``--round`` upstream batches each, ``--batch
   10, the writer lease refreshed by its keeper), run to the end of its input (availableNow): every
   round is a restart;
 - a downstream query on the ``batchlog`` source over that sink (restarted each round too);
-- a ``verify``, a dry-run ``rewind`` and a read by batch of the sink;
+- a ``verify``, a ``vacuum`` of the files retention dropped, a dry-run ``rewind`` and a read by
+  batch of the sink;
 - ``--short-runs`` short availableNow query runs in all, each against a sink of its own.
 
 After each round it samples the driver JVM (the py4j gateway's JVM, or the Spark Connect server's):
@@ -21,12 +22,14 @@ the run within 10% of the second tenth's), and the commit latency's p99 over the
 (Spark's own, started here with the batchlog jar, stopped by PID), judged the same way.
 
 Usage: python bench/soak.py [--batches 10000] [--round 500] [--short-runs 200]
-       [--connect-batches 2000] [--work DIR] [--json FILE]
+       [--connect-batches 2000] [--connect-round N] [--work DIR] [--json FILE] [--plot FILE]
+       [--heap-dump FILE]
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 import os
@@ -92,6 +95,8 @@ class Run:
     rounds: list[dict[str, float]] = field(default_factory=list)  # seconds per step, per round
     threads_grown: dict[str, int] = field(default_factory=dict)  # by name, last round - first
     instances_grown: dict[str, int] = field(default_factory=dict)  # batchlog's, last - first
+    # the 20 classes whose live bytes grew most between the second round and the last
+    bytes_grown: dict[str, int] = field(default_factory=dict)
 
 
 # ---- the JVM, seen from outside -----------------------------------------------------------------
@@ -123,18 +128,21 @@ def thread_names(pid: int) -> Counter[str]:
     )
 
 
-def batchlog_instances(pid: int) -> Counter[str]:
-    """Live instances of batchlog's classes in JVM ``pid`` (``jcmd GC.class_histogram``, which
-    collects first)."""
+def class_histogram(pid: int) -> tuple[Counter[str], Counter[str]]:
+    """Live instances of batchlog's classes, and live bytes of every class, in JVM ``pid``
+    (``jcmd GC.class_histogram``, which collects first). Lambda and proxy class names are folded
+    (``$$Lambda$12/0x...``: ``$$Lambda``), so that one kind counts once."""
     histo = subprocess.run(
         ["jcmd", str(pid), "GC.class_histogram"], check=True, capture_output=True, text=True
     ).stdout
-    return Counter(
-        {
-            m.group(2): int(m.group(1))
-            for m in re.finditer(r"^\s*\d+:\s+(\d+)\s+\d+\s+(io\.batchlog\.\S+)", histo, re.M)
-        }
-    )
+    instances: Counter[str] = Counter()
+    size: Counter[str] = Counter()
+    for m in re.finditer(r"^\s*\d+:\s+(\d+)\s+(\d+)\s+(\S+)", histo, re.M):
+        name = re.sub(r"\$\$Lambda.*", "$$Lambda", m.group(3))
+        size[name] += int(m.group(2))
+        if name.startswith("io.batchlog."):
+            instances[name] += int(m.group(1))
+    return instances, size
 
 
 # ---- one round ----------------------------------------------------------------------------------
@@ -168,6 +176,9 @@ def upstream(spark: Any, inbox: Path, sink: str, chk: str) -> list[tuple[int, fl
     events = (
         spark.readStream.schema(SCHEMA)
         .option("maxFilesPerTrigger", 1)
+        # the source forgets files older than this behind the newest (input times: a second a
+        # batch), so that its set of seen files stays bounded as in a real deployment
+        .option("maxFileAge", "10m")
         .json(str(inbox))
         .withWatermark("ts", "10 seconds")
         .dropDuplicates(["id", "ts"])
@@ -236,6 +247,10 @@ def soak(
     spark: Any, pid: int, mode: str, work: Path, batches: int, per_round: int, shorts: int
 ) -> Run:
     run = Run(mode)
+    # the sink keeps the last two rounds' batches: its log and index stop growing after those (as
+    # a production sink with retention does), and the downstream query, a round behind at most,
+    # never finds its next batch dropped
+    spark.conf.set("spark.batchlog.retention.batches", str(2 * per_round))
     inbox, sink, chk = work / "in", str(work / "sink"), str(work / "chk")
     down, down_chk = str(work / "down"), str(work / "down-chk")
     rounds = math.ceil(batches / per_round)
@@ -245,6 +260,9 @@ def soak(
     for r in range(rounds):
         steps: dict[str, float] = {}
         n = min(per_round, batches - run.batches)
+        # the input of the rounds before is read: gone, as a production inbox's processed files
+        # are (Spark's cleanSource), so that listing the inbox does not grow with the run
+        shutil.rmtree(inbox, ignore_errors=True)
         write_inputs(inbox, run.batches, n)
         with timed(steps, "upstream"):
             lat = upstream(spark, inbox, sink, chk)
@@ -260,6 +278,9 @@ def soak(
         last_data = lat[-1][0]
         with timed(steps, "verify"):
             batchlog.verify(spark, sink)
+        with timed(steps, "vacuum"):
+            # the files retention dropped from the log, deleted as a production sink's are
+            batchlog.vacuum(spark, sink, older_than="1m", dry_run=False, quiet=True)
         with timed(steps, "rewind dry run"):
             to = max(0, latest - 5)
             plan = batchlog.rewind(spark, sink, chk, to_batch=to, dry_run=True, quiet=True)
@@ -274,15 +295,22 @@ def soak(
             with timed(steps, "short runs"):
                 short_run(spark, work, run.short_runs)
             run.short_runs += 1
+        # Python's garbage first: its JVM objects (py4j's references) go with it
+        gc.collect()
         heap, threads, fds = jvm_sample(pid)
         run.samples.append(Sample(run.batches, heap, threads, fds, time.monotonic() - started))
         run.rounds.append(steps)
-        names, instances = thread_names(pid), batchlog_instances(pid)
+        names, (instances, size) = thread_names(pid), class_histogram(pid)
         if r == 0:
             first_names, first_instances = names, instances
         else:
             run.threads_grown = dict((names - first_names).most_common())
             run.instances_grown = dict((instances - first_instances).most_common())
+        # bytes from the second round on: the first fills Spark's bounded stores and caches
+        if r == min(1, rounds - 1):
+            second_size = size
+        elif r > 1:
+            run.bytes_grown = dict((size - second_size).most_common(20))
         p = [ms for _, ms in lat]
         print(
             f"[soak {mode}] round {r + 1}/{rounds}: batches {run.batches:>6,}  "
@@ -296,6 +324,7 @@ def soak(
     print(
         f"[soak {mode}] batchlog instances more than after the first round: {run.instances_grown}"
     )
+    print(f"[soak {mode}] live bytes grown most since the second round: {run.bytes_grown}")
     return run
 
 
@@ -443,7 +472,7 @@ def run_connect(work: Path, args: argparse.Namespace) -> Run:
                 "connect",
                 work / "connect",
                 args.connect_batches,
-                args.round,
+                args.connect_round or args.round,
                 args.short_runs * args.connect_batches // args.batches,
             )
         finally:
@@ -458,9 +487,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--round", type=int, default=500)
     ap.add_argument("--short-runs", type=int, default=200)
     ap.add_argument("--connect-batches", type=int, default=2000)
+    ap.add_argument(
+        "--connect-round", type=int, help="batches a round over Connect (default: --round)"
+    )
     ap.add_argument("--work", type=Path)
     ap.add_argument("--json", type=Path)
     ap.add_argument("--plot", type=Path)
+    ap.add_argument(
+        "--heap-dump",
+        type=Path,
+        help="after the py4j run's last round, the driver's live heap to this .hprof file",
+    )
     args = ap.parse_args(argv)
     if args.round > 4000:
         ap.error("--round: at most 4000 (the batches of a round must fit in recentProgress)")
@@ -472,6 +509,9 @@ def main(argv: list[str] | None = None) -> int:
             runs.append(
                 soak(spark, pid, "py4j", work / "py4j", args.batches, args.round, args.short_runs)
             )
+            if args.heap_dump:
+                dump = args.heap_dump.resolve()
+                subprocess.run(["jcmd", str(pid), "GC.heap_dump", str(dump)], check=True)
         finally:
             spark.stop()
         if args.connect_batches > 0:
