@@ -17,10 +17,21 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from golden_support import GOLDEN_DIR, SINKS, answers, clean, install, plain_reads, root_lock
+from golden_support import (
+    DOWN_CHK,
+    DOWN_OUT,
+    GOLDEN_DIR,
+    INFER,
+    SINKS,
+    answers,
+    clean,
+    install,
+    plain_reads,
+    root_lock,
+)
 from golden_support import ROOT as GOLDEN_ROOT
 from pyspark.sql import SparkSession
-from support import batchlog
+from support import QUERY_TIMEOUT_S, batchlog, session_conf
 
 
 def _expected(name: str) -> dict[str, Any]:
@@ -130,3 +141,38 @@ def test_a_newer_sink_record_is_refused_and_left_alone(
         assert record.read_bytes() == before
     finally:
         install("plain")
+
+
+def test_a_newer_batchlog_source_offset_is_refused_naming_the_checkpoint(
+    spark: SparkSession, plain: dict[str, dict[str, Any]]
+) -> None:
+    root = install("downstream")
+    chk = root / DOWN_CHK
+    offsets = chk / "offsets" / "0"  # batch 0 read upstream 0..4
+    lines = offsets.read_text().split("\n")
+    newer = {**json.loads(lines[-1]), "upstreamEpoch": 0}  # a field of a newer batchlog
+    offsets.write_text("\n".join([*lines[:-1], json.dumps(newer, separators=(",", ":"))]))
+    (chk / "offsets" / ".0.crc").unlink()  # Hadoop's checksum of the old bytes
+    try:
+        with session_conf(spark, INFER):
+            query = (
+                spark.readStream.format("batchlog")
+                .load(str(root / "up" / "out"))
+                .writeStream.format("json")
+                .option("checkpointLocation", str(chk))
+                .trigger(availableNow=True)
+                .start(str(root / DOWN_OUT))
+            )
+        with pytest.raises(batchlog.InvalidArgumentError) as raised:
+            batchlog.await_query(query, QUERY_TIMEOUT_S)
+        assert (
+            f"Invalid checkpointLocation = file:{chk}: its offsets log holds "
+            f"{json.dumps(newer, separators=(',', ':'))} for a batchlog source, which is not a "
+            "batchlog source offset of this version"
+        ) in str(raised.value)
+        assert "Run the query with the batchlog version that wrote its checkpoint" in str(
+            raised.value
+        )
+        assert not (chk / "offsets" / "1").exists() and not (chk / "commits" / "1").exists()
+    finally:
+        install("downstream")
