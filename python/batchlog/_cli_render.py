@@ -168,7 +168,7 @@ def verify(r: VerifyReport) -> None:
         ["log errors", len(r.log_errors), "unhealthy"],
         ["damaged compact-file indexes", len(r.index_problems), "unhealthy; see repair"],
         ["damaged compact-file runs", len(r.damaged_runs), "unhealthy; see repair"],
-        ["indexes rebuilt in memory", r.indexes_rebuilt_in_memory, "ok (missing or legacy v1)"],
+        ["indexes rebuilt in memory", r.indexes_rebuilt_in_memory, "ok (absent, v1 or newer)"],
         ["logged outside the output", r.foreign_count, "unhealthy; see repair"],
         ["orphans (on disk, not logged)", r.orphan_count, "ok; see vacuum"],
         ["symbolic links (not followed)", len(r.links), "ok; never followed or deleted"],

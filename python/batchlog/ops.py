@@ -237,7 +237,7 @@ def verify(spark: SparkSession, sink_path: str) -> VerifyReport:
     reads through the log never see them; ``vacuum`` removes old ones). Every live compact file's
     index (``N.compact.index``) must be proved; one that is not is listed in ``index_problems``
     and makes the sink unhealthy: readers rebuild it in memory and compaction never uses it until
-    ``repair`` rewrites it. Missing or legacy (v1) indexes are only counted
+    ``repair`` rewrites it. Missing, legacy (v1) or newer-version indexes are only counted
     (``indexes_rebuilt_in_memory``). A compact file whose bytes no longer match the CRC32C its
     proved index records (bit rot: a compact file is written once) is damaged: a log error, its
     runs listed in ``damaged_runs``; compaction and reads refuse it until ``repair`` restores

@@ -133,6 +133,14 @@ object BatchLogException {
     )
   }
 
+  def newerRecord(file: String, version: Long, supported: Long): BatchLogException =
+    new BatchLogException(
+      CorruptLog,
+      s"batchlog's record $file is of version $version, written by a newer batchlog; this " +
+        s"batchlog reads version $supported and neither uses nor changes it. Use the newer " +
+        "batchlog on this sink (see docs/format.md, Versions)."
+    )
+
   def missingLogFile(file: String, why: String): BatchLogException = new BatchLogException(
     MissingLogFile,
     s"Sink log file $file is missing: $why. Restore it from a backup, or run " +

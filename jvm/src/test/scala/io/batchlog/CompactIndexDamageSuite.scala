@@ -135,4 +135,29 @@ class CompactIndexDamageSuite extends CompactIndexTestBase {
         .startsWith(CompactIndex.Header + "\n"))
     }
   }
+  test("an index of a newer version is not used (read by a scan), not a problem; nor rewritten") {
+    withIndexedLog() { (root, log, good) =>
+      // what a newer batchlog may write: a header this version does not know, then anything
+      val v3 = (CompactIndex.Header.replace("v2", "v3") + "\n" +
+        new String(good.toBytes, UTF_8).linesIterator.drop(1).mkString("\n") + "\nfast 1 2 3\n")
+        .getBytes(UTF_8)
+      overwrite(root, "8.compact.index", v3)
+      val reason = CompactIndex.newerReason(3)
+      assert(
+        reason == "it is an index of a newer batchlog (batchlog-index v3; this batchlog reads v2)"
+      )
+      assert(prove(log, 8) == Left(reason))
+      assert(CompactIndex.isExpectedReason(reason) && !CompactIndex.isExpectedReason("its x"))
+      assert(log.indexProblem(8).contains(reason))
+      assert(log.indexOf(8) == good)
+      assertReadsAndCompactionExact(root)
+      // the newer index is left as it was; the next compact file gets this version's index
+      assert(Files.readAllBytes(indexFile(root, 8).toPath).sameElements(v3))
+      assert(new String(Files.readAllBytes(indexFile(root, 11).toPath), UTF_8)
+        .startsWith(CompactIndex.Header + "\n"))
+      // a version this batchlog does know, written wrong, is damage as before
+      overwrite(root, "8.compact.index", "batchlog-index v0\n".getBytes(UTF_8))
+      assert(prove(log, 8) == Left("its first line is not 'batchlog-index v2'"))
+    }
+  }
 }

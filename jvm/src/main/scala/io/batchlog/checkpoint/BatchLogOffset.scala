@@ -11,7 +11,7 @@ import org.json4s.jackson.{JsonMethods, Serialization}
 import org.apache.spark.sql.connector.read.streaming.{Offset => OffsetV2}
 import org.apache.spark.sql.execution.streaming.Offset
 
-import io.batchlog.Compat
+import io.batchlog.{BatchLogException, Compat}
 
 /**
  * The offset of a `readStream.format("batchlog")` source, as a downstream query's `offsets/N`
@@ -30,12 +30,24 @@ final case class BatchLogOffset(batchId: Long, filesBatch: Long, fingerprint: St
 object BatchLogOffset {
   implicit private val formats: Formats = DefaultFormats
 
-  /** Our offset, or the one Spark read back from the checkpoint (`SerializedOffset`). */
-  def of(o: OffsetV2): BatchLogOffset = o match {
+  /**
+   * Our offset, or the one Spark read back from the checkpoint `checkpoint` (`SerializedOffset`);
+   * anything else (another source's offset, or one of a newer batchlog with other fields) fails
+   * naming the checkpoint and the way out.
+   */
+  def of(o: OffsetV2, checkpoint: => String): BatchLogOffset = o match {
     case b: BatchLogOffset => b
     case other =>
       parse(other.json()).getOrElse(
-        throw new IllegalArgumentException(s"not a batchlog source offset: ${other.json()}")
+        throw BatchLogException.invalidArgument(
+          "checkpointLocation",
+          checkpoint,
+          s"its offsets log holds ${other.json()} for a batchlog source, which is not a batchlog " +
+            "source offset of this version ({\"batchId\":..,\"filesBatch\":..,\"fingerprint\":..}): " +
+            "a newer batchlog or another source wrote it. Run the query with the batchlog " +
+            "version that wrote its checkpoint, or start it from a new checkpoint (with option " +
+            "startingBatch set to the first upstream batch to read)"
+        )
       )
   }
 

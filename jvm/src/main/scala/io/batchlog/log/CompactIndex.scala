@@ -91,11 +91,30 @@ final case class CompactIndex(
 
 object CompactIndex {
   val Suffix = ".index"
-  val Header = "batchlog-index v2"
+
+  /** The version of the index this batchlog writes and reads. */
+  val Version = 2
+  val Header = s"batchlog-index v$Version"
   val LegacyHeader = "batchlog-index v1"
 
   /** The reason an index of an older sink is not used; not a damage (`verify` counts it). */
   val LegacyReason = "it is a legacy v1 index (without checksums)"
+
+  private val NewerPrefix = "it is an index of a newer batchlog"
+
+  /**
+   * The reason an index of a version above [[Version]] (a newer batchlog wrote it) is not used:
+   * this batchlog cannot prove it, so it reads the compact file instead, as for a legacy one. Not a
+   * damage either: `verify` counts it and `repair` leaves it for the version that wrote it.
+   */
+  def newerReason(version: Long): String =
+    s"$NewerPrefix (batchlog-index v$version; this batchlog reads v$Version)"
+
+  /** True for the reason of an index that is missing, legacy or newer: expected, not damage. */
+  def isExpectedReason(why: String): Boolean =
+    why == AbsentReason || why == LegacyReason || why.startsWith(NewerPrefix)
+
+  private val VersionHeader = "batchlog-index v([0-9]{1,18})".r
 
   /** The reason a compact file without an index has none in use; not a damage either. */
   val AbsentReason = "there is no index"
@@ -170,6 +189,10 @@ object CompactIndex {
     val firstNl = bytes.indexOf('\n'.toByte)
     val first = new String(bytes, 0, if (firstNl < 0) bytes.length else firstNl, UTF_8)
     if (first == LegacyHeader) return Left(LegacyReason)
+    first match {
+      case VersionHeader(v) if v.toLong > Version => return Left(newerReason(v.toLong))
+      case _ =>
+    }
     if (first != Header) return Left(s"its first line is not '$Header'")
     // The last line, `checksum <hex>\n`, covers every byte before it.
     if (bytes.last != '\n') return Left("it does not end with a checksum line: it is truncated")

@@ -56,7 +56,7 @@ trait CompactIndexReads extends Logging { self: BatchTaggedFileStreamSinkLog =>
         if (rebuild) None
         else CompactIndex.load(checkpointFileManager, CompactIndex.pathOf(file), status)
       val index = onDisk.flatMap(_.toOption).getOrElse {
-        onDisk.flatMap(_.left.toOption).filter(_ != CompactIndex.LegacyReason).foreach { why =>
+        onDisk.flatMap(_.left.toOption).filterNot(CompactIndex.isExpectedReason).foreach { why =>
           logWarning(s"Not using ${CompactIndex.pathOf(file)}: $why. Rebuilding it in memory " +
             "from its compact file (`python -m batchlog repair` rewrites it)")
         }

@@ -111,8 +111,9 @@ class JsonRecordFile[T <: AnyRef: Manifest](val fileName: String) {
     finally in.close()
 
   private def parse(p: Path, text: String): Option[T] =
-    try Some(Serialization.read[T](text))
+    try Some(checked(p, Serialization.read[T](text)))
     catch {
+      case e: BatchLogException => throw e
       case e: Exception =>
         throw new BatchLogException(
           BatchLogException.CorruptLog,
@@ -122,6 +123,12 @@ class JsonRecordFile[T <: AnyRef: Manifest](val fileName: String) {
           e
         )
     }
+
+  /**
+   * The record read from `p`, or the error if this batchlog must not use it (a record of a newer
+   * version). Fields a record does not know are ignored when read and not written back.
+   */
+  protected def checked(p: Path, record: T): T = record
 
   /**
    * Replaces the record (atomically) in `_batchlog/`, creating the directory if it is missing, and

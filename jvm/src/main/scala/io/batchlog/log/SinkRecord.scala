@@ -4,6 +4,8 @@ import org.apache.hadoop.fs.{FileAlreadyExistsException, Path}
 
 import io.batchlog.shim.CheckpointFileManager
 
+import io.batchlog.BatchLogException
+
 /** A query that writes (or wrote) a sink, from batch `fromBatch` on. */
 final case class SinkOwner(queryId: String, fromBatch: Long, sinceMs: Long)
 
@@ -46,6 +48,15 @@ final case class SinkRecord(
 
 object SinkRecord extends JsonRecordFile[SinkRecord]("batchlog-sink.json") {
   val Version = 1
+
+  /**
+   * A record of a newer version is refused, never used or written back: this batchlog would drop
+   * the fields it does not know, and a newer version raises `version` only when an older one must
+   * not act on the sink.
+   */
+  override protected def checked(p: Path, record: SinkRecord): SinkRecord =
+    if (record.version <= Version) record
+    else throw BatchLogException.newerRecord(p.toString, record.version.toLong, Version.toLong)
 
   /** Another process changed the record since `expected` was read; nothing was written. */
   final class Conflict(val file: Path, val expected: Long, val current: Option[SinkRecord])

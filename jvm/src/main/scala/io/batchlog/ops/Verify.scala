@@ -86,8 +86,7 @@ object Verify {
     ids.foreach { id =>
       val indexFile = CompactIndex.pathOf(log.logFilePath(id))
       log.checkIndex(id) match {
-        case Some(IndexCheck.Unused(CompactIndex.AbsentReason | CompactIndex.LegacyReason))
-            if live(id) =>
+        case Some(IndexCheck.Unused(why)) if CompactIndex.isExpectedReason(why) && live(id) =>
           inMemory += 1
         case Some(IndexCheck.Unused(why)) if live(id) =>
           problems += IndexProblem(indexFile.toString, id, why)

@@ -69,6 +69,10 @@ final class BatchLogSource(
       cp.offsetIds.lastOption.forall(o => cp.commitIds.lastOption.exists(_ >= o))
     }.getOrElse(false)
 
+  /** An offset of this source, as Spark hands it back (from the checkpoint after a restart). */
+  private def offsetOf(o: OffsetV2): BatchLogOffset =
+    BatchLogOffset.of(o, new Path(metadataPath).getParent.getParent.toString)
+
   /** Fails unless batches `from` to `to`, which this query is to read, are above retention's. */
   private def requireRetained(from: Long, to: Long): Unit = {
     val retained = sink.retainedFrom()
@@ -147,7 +151,7 @@ final class BatchLogSource(
     availableNowEnd = Some(sink.log.getLatestBatchId().getOrElse(-1L))
 
   override def latestOffset(startOffset: OffsetV2, limit: ReadLimit): OffsetV2 = {
-    val start = Option(startOffset).map(BatchLogOffset.of)
+    val start = Option(startOffset).map(offsetOf)
     start.foreach(requireIntact(_, Map.empty))
     val latest = sink.log.getLatestBatchId().getOrElse(-1L)
     val from = start.map(_.batchId + 1).getOrElse(firstBatch)
@@ -171,8 +175,8 @@ final class BatchLogSource(
     throw new UnsupportedOperationException("latestOffset(Offset, ReadLimit) is called instead")
 
   override def getBatch(start: Option[Offset], end: Offset): DataFrame = {
-    val to = BatchLogOffset.of(end)
-    val from = start.map(BatchLogOffset.of).map(_.batchId + 1).getOrElse(firstBatch)
+    val to = offsetOf(end)
+    val from = start.map(offsetOf).map(_.batchId + 1).getOrElse(firstBatch)
     val retained = sink.retainedFrom()
     val expired = from < retained && from <= to.batchId
     if (expired && !allPlannedCommitted()) requireRetained(from, to.batchId)
