@@ -93,7 +93,7 @@ final class WriterGuard private (
   }
 
   private def firstBatch(batchId: Long): Unit = {
-    refuseUnfinishedRewind()
+    refuseUnfinishedOperation()
     SinkRecord.migrate(fm, meta) // a sink last written before records moved to _batchlog/
     val now = clock.currentTimeMillis()
     val record = this.record.read() match {
@@ -184,7 +184,7 @@ final class WriterGuard private (
   }
 
   /** A rewind or repair that did not finish ([[HeadStart.unfinishedOperation]]). */
-  private def refuseUnfinishedRewind(): Unit =
+  private def refuseUnfinishedOperation(): Unit =
     HeadStart.unfinishedOperation(fm, meta, sink).foreach(e => throw e)
 
   private def checkOwner(r: SinkRecord, batchId: Long): Unit =
