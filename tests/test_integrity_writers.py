@@ -241,6 +241,41 @@ def test_a_rewind_under_a_running_batch_fails_the_query_before_it_commits(
     assert_sink_exact(spark, w.out, {b: ids_of(range(b, b + 1)) for b in range(5)})
 
 
+def test_a_zombie_batch_planned_after_a_forced_rewind_is_undone_by_running_it_again(
+    spark: SparkSession, tmp_path: Path, writers: list[Writer]
+) -> None:
+    """The zombie of the runbook: a writer believed dead is idle between batches while a forced
+    rewind runs, then plans its next batch on the rewound checkpoint (``offsets/4`` and the file
+    source's ``sources/0/4`` above a gap) and fails before it commits. Running the same rewind
+    again removes what it wrote, even after someone deleted ``offsets/4`` by hand and left
+    Hadoop's ``.4.crc`` (with which Spark could never write batch 4 again), and the restart
+    replays batches 2..4 exactly once."""
+    w = Writer(tmp_path)
+    writers.append(w)
+    write_input(w.inp, 0, 4, ROWS)
+    w.wait_latest(3)
+    batchlog.rewind(spark, str(w.out), str(w.chk), 2, quiet=True, force=True)
+    write_input(w.inp, 4, 1, ROWS)  # the zombie's next batch, 4, on the rewound checkpoint
+    assert w.proc.wait(timeout=WAIT_S) == 3, w.output()[-5000:]
+    assert "was rewound, repaired or taken over" in w.output(), w.output()[-5000:]
+    offsets, sources = w.chk / "offsets", w.chk / "sources" / "0"
+    assert (offsets / "4").exists() and (sources / "4").exists() and not (sources / "3").exists()
+    assert_sink_exact(spark, w.out, {b: ids_of(range(b, b + 1)) for b in range(2)})
+    # an operator deletes the zombie's offsets/4 by hand: Hadoop's checksum file stays
+    (offsets / "4").unlink()
+    assert (offsets / ".4.crc").exists()
+
+    plan = batchlog.rewind(spark, str(w.out), str(w.chk), 2, dry_run=True, quiet=True)
+    cuts = plan["plan"]["sourceLogs"]
+    assert [(c["source"], c["delete"]) for c in cuts] == [(0, ["4"])], cuts
+    batchlog.rewind(spark, str(w.out), str(w.chk), 2, quiet=True)
+    assert not (sources / "4").exists() and not (sources / ".4.crc").exists()
+    assert not (offsets / ".4.crc").exists()
+    assert sorted(n for n in os.listdir(offsets) if not n.startswith(".")) == ["0", "1", "2"]
+    run_stream(spark, w.inp, w.out, w.chk)
+    assert_sink_exact(spark, w.out, {b: ids_of(range(b, b + 1)) for b in range(5)})
+
+
 def test_what_a_killed_writer_left_is_listed_by_verify_and_removed_by_vacuum(
     spark: SparkSession, tmp_path: Path, writers: list[Writer], testkit_jar: str
 ) -> None:

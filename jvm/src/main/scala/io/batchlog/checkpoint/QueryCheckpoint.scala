@@ -5,7 +5,7 @@ import java.nio.charset.StandardCharsets.UTF_8
 
 import scala.util.Try
 
-import org.apache.hadoop.fs.{FileSystem, Path}
+import org.apache.hadoop.fs.{ChecksumFileSystem, FileSystem, Path}
 import org.json4s._
 import org.json4s.jackson.JsonMethods.parse
 
@@ -123,10 +123,36 @@ class QueryCheckpoint(spark: SparkSession, path: String) {
   def numericNames(dir: Path): Seq[Long] =
     if (!fm.exists(dir)) Nil
     else fm.list(dir).toSeq.map(_.getPath.getName).filter(_.matches("[0-9]+")).map(_.toLong).sorted
+
+  /**
+   * Removes Hadoop's checksum files `.N.crc` in log directory `dir` whose log file `N` is gone, for
+   * `N > above`, and returns them. On the local disk Hadoop keeps such a file beside each log file;
+   * deleting `N` by hand (`rm offsets/3`) leaves it, and Spark then cannot write `N` again: it
+   * reports "Multiple streaming queries are concurrently using" the directory. Other file systems
+   * keep no checksum files, and nothing else is touched.
+   */
+  def removeStrayChecksums(dir: Path, above: Long): Seq[Path] = fs match {
+    case c: ChecksumFileSystem =>
+      val raw = c.getRawFileSystem
+      if (!raw.exists(dir)) Nil
+      else {
+        val stray = raw.listStatus(dir).toSeq.map(_.getPath).filter { p =>
+          QueryCheckpoint.Checksum.unapplySeq(p.getName).exists { case Seq(n) =>
+            n.length < 19 && n.toLong > above && !raw.exists(new Path(dir, n))
+          }
+        }
+        stray.foreach(raw.delete(_, false))
+        stray
+      }
+    case _ => Nil
+  }
 }
 
 object QueryCheckpoint {
 
   /** A checkpoint's commit log directory (Spark's `commits/`). */
   val CommitsDir = "commits"
+
+  /** The name of Hadoop's local checksum file of log file `N`: `.N.crc`. */
+  private val Checksum = "\\.([0-9]+)\\.crc".r
 }

@@ -341,13 +341,17 @@ object Rewind {
       )
     }
     def newestFirst(planned: Seq[Long], now: Seq[Long]) = (planned ++ now).distinct.sorted.reverse
+    // Each log cut also removes the checksum files a hand deletion above the cut left behind
+    // (`QueryCheckpoint.removeStrayChecksums`): with one, Spark could not write that batch again.
     step("commits") {
       newestFirst(plan.commitsToDelete, cp.commitIds.filter(_ >= plan.toBatch))
         .foreach(n => cpFm.delete(cp.commitFile(n)))
+      cp.removeStrayChecksums(cp.commitsDir, plan.toBatch - 1)
     }
     step("offsets") {
       newestFirst(plan.offsetsToDelete, cp.offsetIds.filter(_ > plan.toBatch))
         .foreach(n => cpFm.delete(cp.offsetsFile(n)))
+      cp.removeStrayChecksums(cp.offsetsDir, plan.toBatch)
     }
     // Source logs last: until offsets/ and commits/ are cut back, they name log offsets above
     // the cut, and a query restarted after a crash in between would fail inside the source
@@ -355,6 +359,7 @@ object Rewind {
     step("source-logs") {
       plan.sourceLogs.foreach { case (_, t) =>
         LogTruncation.apply(cpFm, t)(JsonField.long(_, "batchId"))
+        cp.removeStrayChecksums(t.dir, t.keepUpTo)
       }
     }
     step("done")(RewindIntent.delete(sinkFm, plan.metadataPath))
