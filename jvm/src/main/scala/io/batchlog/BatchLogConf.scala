@@ -162,8 +162,8 @@ object BatchLogConf {
 
   /**
    * Whether a compaction on S3A copies the previous compact file's runs on the store (a multipart
-   * upload of ranged part copies, `io.batchlog.log.ObjectStoreCopy`) where it can: `true`
-   * (default) or `false` (always through the driver, as on other file systems).
+   * upload of ranged part copies, `io.batchlog.log.ObjectStoreCopy`) where it can: `true` (default)
+   * or `false` (always through the driver, as on other file systems).
    */
   val ServerSideCompactionKey: String = key(
     "spark.batchlog.compaction.serverSide",
@@ -177,7 +177,11 @@ object BatchLogConf {
       case None | Some("true") => true
       case Some("false") => false
       case Some(v) =>
-        throw BatchLogException.invalidArgument(ServerSideCompactionKey, v, "it must be true or false")
+        throw BatchLogException.invalidArgument(
+          ServerSideCompactionKey,
+          v,
+          "it must be true or false"
+        )
     }
 
   /** The Spark settings above, as this session resolves them (defaults included). */

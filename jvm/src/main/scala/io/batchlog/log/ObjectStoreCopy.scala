@@ -26,21 +26,21 @@ import io.batchlog.shim.CheckpointFileManager
  * and reports damage (`CORRUPT_LOG`) as before. Before the upload starts, the object's current ETag
  * (one status request) must equal the recorded one too, for stores that ignore the condition.
  *
- * Part layout (S3: every part but the last at least 5 MiB, at most 5 GiB, at most 10,000 parts): the
- * bytes the driver writes (header, new lines) are buffered and uploaded as parts of at least
+ * Part layout (S3: every part but the last at least 5 MiB, at most 5 GiB, at most 10,000 parts):
+ * the bytes the driver writes (header, new lines) are buffered and uploaded as parts of at least
  * [[uploadPartBytes]]; a stretch of consecutive kept runs is copied as parts of its own when it is
  * at least 5 MiB long (or is the last thing in the file); a buffer shorter than 5 MiB in front of a
  * copied stretch is topped up with the first bytes of that stretch, read by the driver (at most 5
  * MiB a stretch), and a shorter stretch is read whole. The `v1` header in front of the first
- * stretch, when that stretch starts right after the previous file's identical header, is copied with
- * it. The result is byte for byte what the client-side path writes.
+ * stretch, when that stretch starts right after the previous file's identical header, is copied
+ * with it. The result is byte for byte what the client-side path writes.
  *
- * Publishing keeps [[ObjectStorePublish]]'s guarantee: the upload is completed with
- * `If-None-Match: *` (a second writer's file is never replaced), and only on a store that proved it
- * refuses a second conditional create; any failure before that aborts the upload, so nothing is
- * published. The AWS SDK v2 client is S3A's own (`getS3AInternals().getAmazonS3Client`, Hadoop
- * 3.4+), reached by reflection: on Hadoop 3.3 (SDK v1) it is absent and compaction stays
- * client-side, as on HDFS, the local disk, or a store that refused a ranged copy.
+ * Publishing keeps [[ObjectStorePublish]]'s guarantee: the upload is completed with `If-None-Match:
+ * *` (a second writer's file is never replaced), and only on a store that proved it refuses a
+ * second conditional create; any failure before that aborts the upload, so nothing is published.
+ * The AWS SDK v2 client is S3A's own (`getS3AInternals().getAmazonS3Client`, Hadoop 3.4+), reached
+ * by reflection: on Hadoop 3.3 (SDK v1) it is absent and compaction stays client-side, as on HDFS,
+ * the local disk, or a store that refused a ranged copy.
  */
 private[batchlog] object ObjectStoreCopy extends Logging {
 
@@ -200,11 +200,14 @@ private[batchlog] object ObjectStoreCopy extends Logging {
         upload.complete()
       } catch {
         case e: Throwable =>
-          try s3("abortMultipartUpload", s3.build("AbortMultipartUploadRequest")(
-              "bucket" -> s3.bucket,
-              "key" -> key,
-              "uploadId" -> id
-            ))
+          try s3(
+              "abortMultipartUpload",
+              s3.build("AbortMultipartUploadRequest")(
+                "bucket" -> s3.bucket,
+                "key" -> key,
+                "uploadId" -> id
+              )
+            )
           catch { case NonFatal(s) => e.addSuppressed(s) }
           throw e
       }
@@ -333,14 +336,18 @@ private[batchlog] object ObjectStoreCopy extends Logging {
           "copySourceRange" -> s"bytes=$at-${end - 1}",
           "copySourceIfMatch" -> etag
         )
-        val resp = try s3("uploadPartCopy", req)
-        catch {
-          case NonFatal(e) =>
-            val status = S3.statusOf(e)
-            // 412: the source changed (not the store's limit); else the store refuses the copy
-            if (status != 412) refused.put(bucketOf(file), System.nanoTime())
-            throw new Failed(s"a copy of bytes $at..$end of $src (part $n of $file), HTTP $status", e)
-        }
+        val resp =
+          try s3("uploadPartCopy", req)
+          catch {
+            case NonFatal(e) =>
+              val status = S3.statusOf(e)
+              // 412: the source changed (not the store's limit); else the store refuses the copy
+              if (status != 412) refused.put(bucketOf(file), System.nanoTime())
+              throw new Failed(
+                s"a copy of bytes $at..$end of $src (part $n of $file), HTTP $status",
+                e
+              )
+          }
         completed(n, S3.call(S3.call(resp, "copyPartResult"), "eTag"))
         written += end - at
         Stats.partsCopied.incrementAndGet()
@@ -368,7 +375,9 @@ private[batchlog] object ObjectStoreCopy extends Logging {
       try s3("completeMultipartUpload", req)
       catch {
         case NonFatal(e) if S3.statusOf(e) == 412 =>
-          throw new org.apache.hadoop.fs.FileAlreadyExistsException(s"$file exists (${e.getMessage})")
+          throw new org.apache.hadoop.fs.FileAlreadyExistsException(
+            s"$file exists (${e.getMessage})"
+          )
         case NonFatal(e) => throw new Failed(s"completing the upload of $file failed", e)
       }
     }

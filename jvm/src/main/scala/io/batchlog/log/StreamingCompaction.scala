@@ -61,9 +61,9 @@ trait StreamingCompaction extends Logging { self: BatchTaggedFileStreamSinkLog =
 
   /**
    * The compact file written by a store-side copy of the previous one's runs, where the store can
-   * ([[ObjectStoreCopy]]); if it fails (the previous file changed, the store refused a ranged copy),
-   * its upload is aborted and the compaction runs again on the client-side path, which checks every
-   * run's CRC32C and tells damage from a replaced file.
+   * ([[ObjectStoreCopy]]); if it fails (the previous file changed, the store refused a ranged
+   * copy), its upload is aborted and the compaction runs again on the client-side path, which
+   * checks every run's CRC32C and tells damage from a replaced file.
    */
   private def compactByStore(batchId: Long, newEntries: Array[SinkLogEntry]): Boolean =
     storeCopyFor(batchId) match {
@@ -75,8 +75,11 @@ trait StreamingCompaction extends Logging { self: BatchTaggedFileStreamSinkLog =
         } catch {
           case f: ObjectStoreCopy.Failed =>
             ObjectStoreCopy.Stats.fallbacks.incrementAndGet()
-            logWarning(s"Server-side compaction of batch $batchId failed, its upload aborted; " +
-              s"compacting on the client: ${f.getMessage}", f.getCause)
+            logWarning(
+              s"Server-side compaction of batch $batchId failed, its upload aborted; " +
+                s"compacting on the client: ${f.getMessage}",
+              f.getCause
+            )
             storeCopy = None
             compactOnce(batchId, newEntries, rescan = false)
         } finally storeCopy = None
@@ -84,8 +87,8 @@ trait StreamingCompaction extends Logging { self: BatchTaggedFileStreamSinkLog =
 
   /**
    * The store-side copy for compaction `batchId`: on S3A with the SDK v2 client, without age
-   * retention, when the previous compact file is large enough and its proved index records the
-   * ETag it still has. None: the client-side copy.
+   * retention, when the previous compact file is large enough and its proved index records the ETag
+   * it still has. None: the client-side copy.
    */
   private def storeCopyFor(batchId: Long): Option[ObjectStoreCopy.Target] = {
     val prevId = batchId - interval
