@@ -1,10 +1,10 @@
 """Judges the figures of ``bench/run`` against the project's performance targets.
 
 Reads the JSON files the benchmarks wrote (``SinkLogBench``, ``FilesBench``, ``rewind_1000.py``,
-``e2e_latency.py``, ``requests.py``, ``s3_compaction.py``, ``downstream.py``; each a list of figures: every repeat of one
-measure of one implementation at one size), prints one table of every target with its figure, the
-spread of the repeats and MET / NOT MET, writes it all as JSON (``--json``) and plots time and heap
-against entries, vanilla vs batchlog (``--plot``, a PNG).
+``e2e_latency.py``, ``requests.py``, ``s3_compaction.py``, ``downstream.py``; each a list of
+figures: every repeat of one measure of one implementation at one size), prints one table of
+every target with its figure, the spread of the repeats and MET / NOT MET, writes it all as JSON
+(``--json``) and plots time and heap against entries, vanilla vs batchlog (``--plot``, a PNG).
 
 A figure is the best of its repeats; a ratio is of two bests measured in the same run. The spread,
 (max - min) / min of the repeats, says how much a figure moved while it was taken.
@@ -201,8 +201,9 @@ def judge(fig: Figures) -> list[Line]:
             lines.append(Line(f"S3 requests of {op}", shown, "-", "<= 4, no LIST", ok))
     for n in sorted({n for (k, _, n) in fig if k.startswith(S3C)}):
         s = size(n)
-        read, written = get(f"{S3C}driver read MiB", "batchlog", n), get(
-            f"{S3C}driver written MiB", "batchlog", n
+        read, written = (
+            get(f"{S3C}driver read MiB", "batchlog", n),
+            get(f"{S3C}driver written MiB", "batchlog", n),
         )
         new_lines = get(f"{S3C}new lines + index MiB", "batchlog", n)
         if read and written and new_lines:

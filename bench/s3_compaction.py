@@ -17,10 +17,10 @@ same state (the compact file it wrote deleted, a fresh log instance):
 
 Measured for each: wall time, requests the server logged, and the bytes the driver read and wrote:
 Hadoop's ``FileSystem.Statistics`` of the ``s3a`` scheme (those of ``FileSystem`` and of
-``FileContext``, which Spark's checkpoint manager writes through), plus what batchlog's server-side path
-sent or read through S3A's SDK client itself (``ObjectStoreCopy.Stats``: uploaded parts, ranged
-reads), which those statistics do not see. Best of ``--repeat`` with spreads, JSON for
-``bench/report.py``.
+``FileContext``, which Spark's checkpoint manager writes through), plus what batchlog's
+server-side path sent or read through S3A's SDK client itself (``ObjectStoreCopy.Stats``:
+uploaded parts, ranged reads), which those statistics do not see. Best of ``--repeat`` with
+spreads, JSON for ``bench/report.py``.
 
 Usage: python bench/s3_compaction.py [--entries 100000,1000000] [--repeat 3] [--new 1000]
        [--impls vanilla,batchlog,batchlog-client,copy] [--json FILE]
@@ -93,7 +93,9 @@ class Requests:
 class Bench:
     def __init__(self, spark: SparkSession, s3: Any, requests: Requests, new: int) -> None:
         self.spark = spark
-        self.jvm = spark._jvm
+        jvm = spark._jvm
+        assert jvm is not None
+        self.jvm: Any = jvm
         self.s3 = s3
         self.requests = requests
         self.new = new
@@ -143,7 +145,7 @@ class Bench:
         self.spark.conf.set("spark.batchlog.compaction.serverSide", on)
 
     def lay_out(self, impl: str, prefix: str, entries: int) -> None:
-        """The log before compaction ``2 * INTERVAL - 1``: one compaction done, small files since."""
+        """The log before compaction ``2 * INTERVAL - 1``: one compaction, small files since."""
         meta = f"s3a://{BUCKET}/{prefix}/_spark_metadata"
         per = entries // (INTERVAL - 1)
         for b in range(INTERVAL - 1):
@@ -253,7 +255,9 @@ def main() -> None:
                 for measure in reps[0]:
                     values = [r[measure] for r in reps]
                     best = min(values)
-                    print(f"  {impl:<16} {measure:<22} best {best:>12,.2f}  spread {spread(values)}")
+                    print(
+                        f"  {impl:<16} {measure:<22} best {best:>12,.2f}  spread {spread(values)}"
+                    )
                     figures.append(
                         {
                             "entries": n,

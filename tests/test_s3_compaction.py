@@ -52,7 +52,9 @@ class Store:
         hconf = self.spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
         for k, v in s3a_conf(self.endpoint).items():
             hconf.set(k.replace("fs.s3a.", f"fs.s3a.bucket.{name}.", 1), v)
-        hconf.set("fs.s3a.aws.credentials.provider", s3a_conf("")["fs.s3a.aws.credentials.provider"])
+        hconf.set(
+            "fs.s3a.aws.credentials.provider", s3a_conf("")["fs.s3a.aws.credentials.provider"]
+        )
         return name
 
     def inject(self, **faults: bool) -> None:
@@ -90,8 +92,7 @@ def line(b: int, i: int) -> str:
     """An entry as batchlog writes it (``LogFormat.encode``): a ~250-byte partitioned path."""
     path = (
         f"s3a://data/events/country=c{i % 50:02d}/part-{i % 1000:05d}-batch-{b}-"
-        f"{b:08x}-{i:04x}-4b1e-9c3a-{b * 1000003 + i:012x}.c000.snappy.parquet"
-        + "?pad=" + "x" * 80
+        f"{b:08x}-{i:04x}-4b1e-9c3a-{b * 1000003 + i:012x}.c000.snappy.parquet" + "?pad=" + "x" * 80
     )
     return json.dumps(
         {
@@ -165,7 +166,9 @@ def delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
 
 def build(spark: SparkSession, root: str, server_side: bool, upto: int = 5) -> Log:
     """Batch files 0, 1 (big), 3, 4, ... and the compactions 2, 5, ... up to ``upto``."""
-    with session_conf(spark, {COMPACT_INTERVAL_KEY: "3", SERVER_SIDE_KEY: str(server_side).lower()}):
+    with session_conf(
+        spark, {COMPACT_INTERVAL_KEY: "3", SERVER_SIDE_KEY: str(server_side).lower()}
+    ):
         log = Log(spark, root)
         for b in range(upto + 1):
             if b % 3 == 2:
@@ -260,7 +263,9 @@ def damaged_outcome(spark: SparkSession, store: Store, bucket: str, server_side:
         value = bytearray(store.get(bucket, key))
         value[-1] ^= 0x01
         store.client.put_object(Bucket=bucket, Key=key, Body=bytes(value))
-    with session_conf(spark, {COMPACT_INTERVAL_KEY: "3", SERVER_SIDE_KEY: str(server_side).lower()}):
+    with session_conf(
+        spark, {COMPACT_INTERVAL_KEY: "3", SERVER_SIDE_KEY: str(server_side).lower()}
+    ):
         try:
             log.compact(5)
         except Py4JJavaError as e:
