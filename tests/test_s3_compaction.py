@@ -164,23 +164,30 @@ def delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
     return {k: after[k] - before[k] for k in after}
 
 
-def build(spark: SparkSession, root: str, server_side: bool, upto: int = 5) -> Log:
-    """Batch files 0, 1 (big), 3, 4, ... and the compactions 2, 5, ... up to ``upto``."""
-    with session_conf(
-        spark, {COMPACT_INTERVAL_KEY: "3", SERVER_SIDE_KEY: str(server_side).lower()}
-    ):
+def build(
+    spark: SparkSession,
+    root: str,
+    server_side: bool,
+    upto: int = 5,
+    sizes: tuple[int, int] = (BIG, BIG),
+    conf: dict[str, str] | None = None,
+) -> Log:
+    """Batch files 0, 1 (``sizes`` entries), 3, 4, ... and the compactions 2, 5, ... up to
+    ``upto``, with session confs ``conf``."""
+    confs = {COMPACT_INTERVAL_KEY: "3", SERVER_SIDE_KEY: str(server_side).lower(), **(conf or {})}
+    with session_conf(spark, confs):
         log = Log(spark, root)
         for b in range(upto + 1):
             if b % 3 == 2:
                 log.compact(b)
             else:
-                log.batch_file(b, BIG if b < 2 else 40 + b)
+                log.batch_file(b, sizes[b] if b < 2 else 40 + b)
     return log
 
 
-def reference(spark: SparkSession, store: Store, upto: int = 5) -> bytes:
+def reference(spark: SparkSession, store: Store, upto: int = 5, **kw: Any) -> bytes:
     """``<upto>.compact`` as the client-side path writes it."""
-    log = build(spark, f"s3a://{store.bucket()}/ref", server_side=False, upto=upto)
+    log = build(spark, f"s3a://{store.bucket()}/ref", server_side=False, upto=upto, **kw)
     return log.bytes_of(f"{upto}.compact")
 
 
@@ -293,3 +300,27 @@ def test_store_refusing_ranged_copies_falls_back_and_is_remembered(
 
     summary = batchlog.SinkLog(spark, f"s3a://{bucket}/out").inspect()
     assert summary.compaction == "client-side copy (the store refused a ranged part copy)"
+
+
+def test_retention_gap_short_stretches_read_long_ones_copied(
+    spark: SparkSession, store: Store
+) -> None:
+    # retention drops batch 0's run at compaction 5: the first kept run (batch 1, ~11 MiB) does
+    # not follow the header, so its first 5 MiB are read (with the header, the first part: at
+    # least 5 MiB) and the rest is copied by the store; the new lines are the last part
+    kw: dict[str, Any] = {"sizes": (100, 35_000), "conf": {"spark.batchlog.retention.batches": "5"}}
+    expected = reference(spark, store, **kw)
+    bucket = store.bucket()
+    before = stats(spark)
+    log = build(spark, f"s3a://{bucket}/out", server_side=True, **kw)
+    d = delta(before, stats(spark))
+    got = log.bytes_of("5.compact")
+    assert got == expected
+    assert d["compactions"] == 1 and d["fallbacks"] == 0
+    header = 2
+    assert d["bytesRead"] == 5 * 2**20 - header
+    assert d["partsCopied"] == 1 and d["partsUploaded"] == 2
+    assert d["bytesUploaded"] + d["bytesCopied"] == len(got)
+    assert 5 * 2**20 <= d["bytesCopied"] <= 7 * 2**20
+    assert store.uploads_in_progress(bucket) == []
+    assert log.spark_entries() == 35_000 + (40 + 3) + (40 + 4)
