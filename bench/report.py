@@ -1,10 +1,10 @@
 """Judges the figures of ``bench/run`` against the project's performance targets.
 
 Reads the JSON files the benchmarks wrote (``SinkLogBench``, ``FilesBench``, ``rewind_1000.py``,
-``e2e_latency.py``, ``requests.py``, ``downstream.py``; each a list of figures: every repeat of one
-measure of one implementation at one size), prints one table of every target with its figure, the
-spread of the repeats and MET / NOT MET, writes it all as JSON (``--json``) and plots time and heap
-against entries, vanilla vs batchlog (``--plot``, a PNG).
+``e2e_latency.py``, ``requests.py``, ``s3_compaction.py``, ``downstream.py``; each a list of
+figures: every repeat of one measure of one implementation at one size), prints one table of
+every target with its figure, the spread of the repeats and MET / NOT MET, writes it all as JSON
+(``--json``) and plots time and heap against entries, vanilla vs batchlog (``--plot``, a PNG).
 
 A figure is the best of its repeats; a ratio is of two bests measured in the same run. The spread,
 (max - min) / min of the repeats, says how much a figure moved while it was taken.
@@ -22,6 +22,9 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 Figures = dict[tuple[str, str, int], list[float]]  # (measure, impl, entries) -> repeats
+
+# s3_compaction.py: a compaction on moto, vanilla vs batchlog (server-side) vs a client-side copy
+S3C = "s3 compaction "
 
 # downstream.py: a stream over the sink, Spark's file source ("vanilla") vs the batchlog source
 DOWNSTREAM = "downstream "
@@ -106,7 +109,9 @@ def judge(fig: Figures) -> list[Line]:
             Line(target, f"{min(xs):,.2f} {unit}", spread(xs), f"< {goal} {unit}", min(xs) < goal)
         )
 
-    sizes = sorted({n for (m, _, n) in fig if n > 0 and not m.startswith(DOWNSTREAM)})
+    sizes = sorted(
+        {n for (m, _, n) in fig if n > 0 and not m.startswith(DOWNSTREAM) and not m.startswith(S3C)}
+    )
     for n in sizes:
         s = size(n)
         if get("last compaction", "vanilla", n):
@@ -194,6 +199,54 @@ def judge(fig: Figures) -> list[Line]:
             ok = count[0] <= 4 and lists[0] == 0
             shown = f"{count[0]:.0f} requests, {lists[0]:.0f} LIST"
             lines.append(Line(f"S3 requests of {op}", shown, "-", "<= 4, no LIST", ok))
+    for n in sorted({n for (k, _, n) in fig if k.startswith(S3C)}):
+        s = size(n)
+        read, written = (
+            get(f"{S3C}driver read MiB", "batchlog", n),
+            get(f"{S3C}driver written MiB", "batchlog", n),
+        )
+        new_lines = get(f"{S3C}new lines + index MiB", "batchlog", n)
+        if read and written and new_lines:
+            moved = [r + w for r, w in zip(read, written)]
+            goal = min(new_lines) + 16
+            lines.append(
+                Line(
+                    f"S3 compaction: bytes through the driver, {s}",
+                    f"{min(moved):,.2f} MiB (new lines + index {min(new_lines):,.2f} MiB)",
+                    spread(moved),
+                    f"<= {goal:,.2f} MiB",
+                    min(moved) <= goal,
+                )
+            )
+        wall = get(f"{S3C}wall ms", "batchlog", n)
+        ratio(
+            f"S3 compaction wall time vs vanilla, {s}",
+            wall,
+            get(f"{S3C}wall ms", "vanilla", n),
+            0.05,
+        )
+        if n < 1_000_000 and lines[-1].met is not None:  # the goal is for 1M entries
+            lines[-1] = replace(lines[-1], goal=f"{lines[-1].goal} at 1M", met=None)
+        ratio(
+            f"S3 compaction wall time vs a client-side copy, {s}",
+            wall,
+            get(f"{S3C}wall ms", "copy", n),
+            0.25,
+        )
+        if n < 10_000_000 and lines[-1].met is not None:  # the goal is for 10M entries
+            lines[-1] = replace(lines[-1], goal=f"{lines[-1].goal} at 10M", met=None)
+    if any(k.startswith(S3C) for (k, _, _) in fig) and not any(
+        k.startswith(S3C) and n >= 10_000_000 for (k, _, n) in fig
+    ):
+        lines.append(
+            Line(
+                "S3 compaction wall time vs a client-side copy, 10M",
+                "not measured (moto keeps objects in memory)",
+                "-",
+                "<= 0.25x",
+                None,
+            )
+        )
     latency = "commit latency (addBatch, median of a round)"
     if get(latency, "batchlog"):
         ratio(

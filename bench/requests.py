@@ -10,6 +10,12 @@ checkpoint, the data files) and by kind (HEAD, GET, LIST, PUT, DELETE, POST). Th
 batchlog sink: ``SinkLog(...).files(b)`` and ``batch_of(path)`` (a fresh ``SinkLog`` each, as a
 caller would), a rewind's plan and the rewind itself, and the replay.
 
+With hadoop-cloud's ``AbortableStreamBasedCheckpointFileManager`` on the class path (``dev/setup``
+puts its jar in ``.tools/storage/hadoop-cloud``), both queries run a second time with it as the
+checkpoint manager (``spark.sql.streaming.checkpointFileManagerClass``): it writes checkpoint files
+through an abortable stream on their final path, without a temp file and rename; the same
+per-batch split shows what that saves (issue 24, benchmark 3).
+
 Goals (issue 13): ``files(b)`` and ``batch_of`` at most 4 requests and no LIST; the commit path at
 most vanilla + 1 request per batch; a compaction at most vanilla + 3.
 
@@ -107,6 +113,13 @@ def summary(reqs: list[tuple[str, str]]) -> dict[str, Any]:
     }
 
 
+#: Spark's hadoop-cloud module: a checkpoint manager that writes through an abortable stream on the
+#: final path (no temp file, no rename); its jar from Maven Central (``dev/setup``), 4.1.1 (the
+#: newest there with the streaming layout of Spark 4.1+; Spark 4.3 is not on Maven Central).
+ABORTABLE = "org.apache.spark.internal.io.cloud.AbortableStreamBasedCheckpointFileManager"
+HADOOP_CLOUD = ROOT / ".tools" / "storage" / "hadoop-cloud"
+
+
 def session(endpoint: str) -> SparkSession:
     builder = (
         batchlog.configure(SparkSession.builder)
@@ -114,7 +127,7 @@ def session(endpoint: str) -> SparkSession:
         .appName("batchlog-bench-requests")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "1")
-        .config("spark.driver.extraClassPath", S3A_CLASSPATH)
+        .config("spark.driver.extraClassPath", f"{S3A_CLASSPATH}:{HADOOP_CLOUD}/*")
         # one lease refresh per 15 minutes: none inside the run (each costs a read and a write)
         .config("spark.batchlog.writerLease.timeout", "1h")
     )
@@ -135,10 +148,21 @@ def drop(inbox: Path, b: int) -> None:
 
 
 def stream(
-    spark: SparkSession, rlog: RequestLog, work: Path, store: str, protocol: str, n: int
+    spark: SparkSession,
+    rlog: RequestLog,
+    work: Path,
+    store: str,
+    protocol: str,
+    n: int,
+    manager: str | None = None,
 ) -> list[dict[str, Any]]:
-    """Runs the query one batch at a time; the requests of each batch."""
+    """Runs the query one batch at a time (checkpoint manager ``manager``, None: Spark's
+    default); the requests of each batch."""
     spark.conf.set("spark.sql.streaming.commitProtocolClass", protocol)
+    if manager is None:
+        spark.conf.unset("spark.sql.streaming.checkpointFileManagerClass")
+    else:
+        spark.conf.set("spark.sql.streaming.checkpointFileManagerClass", manager)
     inbox = work / "in"
     inbox.mkdir(parents=True)
     df = (
@@ -198,10 +222,24 @@ def main() -> None:
         spark.conf.set("spark.sql.streaming.fileSink.log.compactInterval", str(args.interval))
         rlog = RequestLog(log_path)
         runs, stores = {}, {}
-        for name, protocol in (("vanilla", VANILLA), ("batchlog", batchlog.COMMIT_PROTOCOL_CLASS)):
+        variants: list[tuple[str, str, str | None]] = [
+            ("vanilla", VANILLA, None),
+            ("batchlog", batchlog.COMMIT_PROTOCOL_CLASS, None),
+        ]
+        if list(HADOOP_CLOUD.glob("spark-hadoop-cloud_*.jar")):
+            variants += [
+                ("vanilla+abortable", VANILLA, ABORTABLE),
+                ("batchlog+abortable", batchlog.COMMIT_PROTOCOL_CLASS, ABORTABLE),
+            ]
+        else:
+            print(f"[requests] no spark-hadoop-cloud jar in {HADOOP_CLOUD}: run dev/setup")
+        for name, protocol, manager in variants:
             print(f"[requests] {name}: {args.batches} batches, compactInterval {args.interval}")
-            stores[name] = f"s3a://{BUCKET}/{name}-{uuid.uuid4().hex[:6]}"
-            runs[name] = stream(spark, rlog, work / name, stores[name], protocol, args.batches)
+            stores[name] = f"s3a://{BUCKET}/{name.replace('+', '-')}-{uuid.uuid4().hex[:6]}"
+            runs[name] = stream(
+                spark, rlog, work / name, stores[name], protocol, args.batches, manager
+            )
+        spark.conf.unset("spark.sql.streaming.checkpointFileManagerClass")
 
         def is_compaction(b: int) -> bool:
             return bool((b + 1) % args.interval == 0)
@@ -213,7 +251,7 @@ def main() -> None:
         compactions = [b for b in range(args.batches) if is_compaction(b)]
         table: dict[str, Any] = {}
         for label, bs in (("first batch", [0]), ("a batch", normal), ("a compaction", compactions)):
-            for key in ("total", "log"):
+            for key in ("total", "log", "checkpoint", "data"):
                 table[f"{label} ({key})"] = {n: figure(n, key, bs) for n in runs}
 
         out = stores["batchlog"] + "/out"
@@ -258,7 +296,7 @@ def main() -> None:
         figures = [
             {"measure": f"requests: {k}", "impl": impl, "entries": 0, "values": [v[impl]]}
             for k, v in table.items()
-            for impl in ("vanilla", "batchlog")
+            for impl in runs
         ]
         for k, v in ops.items():
             impl = "vanilla" if k.startswith("vanilla") else "batchlog"
@@ -279,6 +317,12 @@ def main() -> None:
         for k, v in table.items():
             van, ours = v["vanilla"], v["batchlog"]
             print(f"  {k:<26}{van:>9.1f}{ours:>10.1f}{ours - van:>+8.1f}")
+        if "batchlog+abortable" in runs:
+            print("\nper committed batch with each checkpoint manager (requests):")
+            heads = ("vanilla", "batchlog", "vanilla+abortable", "batchlog+abortable")
+            print(f"  {'':<30}" + "".join(f"{h:>20}" for h in heads))
+            for k, v in table.items():
+                print(f"  {k:<30}" + "".join(f"{v[h]:>20.1f}" for h in heads))
         print("\noperations on the batchlog sink (requests, LISTs):")
         for k, v in ops.items():
             print(f"  {k:<48}{v['total']:>5}{v['lists']:>5}  {v['log_by_kind']}")

@@ -62,18 +62,20 @@ def _wait_ready(proc: subprocess.Popen[bytes], ready: Path, log: Path, what: str
 
 
 def start_s3(
-    root: Path, ignore_if_none_match: bool = False
+    root: Path, ignore_if_none_match: bool = False, faults: Path | None = None
 ) -> tuple[subprocess.Popen[bytes], str, Path]:
     """Starts moto in server mode (its own process group) with its request log in ``root``;
     returns the process, its endpoint ``http://127.0.0.1:<port>`` and the log. With
-    ``ignore_if_none_match`` the server ignores conditional creates (see ``s3_server.py``)."""
+    ``ignore_if_none_match`` the server ignores conditional creates; with ``faults`` it checks
+    copy conditions as S3 does and injects the faults that file names (see ``s3_server.py``)."""
     root.mkdir(parents=True, exist_ok=True)
     ready, log = root / "ready", root / "requests.log"
     ready.unlink(missing_ok=True)  # a stale one would name a server that is gone
     with open(log, "wb") as out:
         proc = subprocess.Popen(
             [sys.executable, str(REPO / "tests" / "servers" / "s3_server.py"), str(ready)]
-            + (["--ignore-if-none-match"] if ignore_if_none_match else []),
+            + (["--ignore-if-none-match"] if ignore_if_none_match else [])
+            + (["--faults", str(faults)] if faults is not None else []),
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,

@@ -45,6 +45,8 @@ def inspect(info: SinkSummary) -> None:
         f"{info.latest_compact or '(none yet)'}; next at batch {info.next_compaction_batch}"
     )
     print(f"log files       {info.log_files} ({human_bytes(info.log_bytes)})")
+    print(f"log publish     {info.log_publish}")
+    print(f"compaction copy {info.compaction}")
     h = info.horizon
     if h.checkpoint_horizon is None:
         where = f"sink lineage {h.sink_horizon}; pass --checkpoint for the checkpoint's"

@@ -235,6 +235,7 @@ class SinkSummary(Report):
     batches: list[BatchFiles]
     horizon: HorizonReport
     log_publish: str
+    compaction: str
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """An S3-compatible server for batchlog's tests: moto in server mode, on a free loopback port.
 
-    python s3_server.py READY_FILE [--ignore-if-none-match]
+    python s3_server.py READY_FILE [--ignore-if-none-match] [--faults FAULTS_FILE]
 
 Binds 127.0.0.1 on a port the kernel picks, writes ``http://127.0.0.1:<port>`` to READY_FILE once
 it serves, then runs until it is killed (the test that started it stops it by PID). Every request
@@ -10,10 +10,23 @@ the request-cost benchmark counts them.
 With ``--ignore-if-none-match`` it drops every request's ``If-None-Match`` header before moto sees
 it: a store that takes a conditional create and ignores the condition (what batchlog must detect
 before it trusts conditional uploads).
+
+With ``--faults FAULTS_FILE`` a WSGI step in front of moto does what S3 does and moto 5.1 does not:
+an ``UploadPartCopy`` whose ``x-amz-copy-source-if-match`` differs from the source's ETag is refused
+(412 PreconditionFailed). And it injects the faults FAULTS_FILE names (JSON, read at each request;
+absent or ``{}``: none), for the server-side compaction tests:
+
+- ``"refuse_copy_range": true``: every ranged ``UploadPartCopy`` is 501 NotImplemented (a store
+  without ranged part copies);
+- ``"fail_upload_part": true``: every ``UploadPart`` (a part whose bytes are sent) is 403
+  AccessDenied: a failure in the middle of a multipart upload, after its copied parts;
+- ``"rewrite_copy_source": true``: before each ``UploadPartCopy``, its source object is rewritten
+  with one byte changed (a previous compact file damaged or replaced under the copy).
 """
 
 from __future__ import annotations
 
+import json
 import sys
 import threading
 import time
@@ -38,8 +51,59 @@ def _ignoring_if_none_match() -> int:
     return int(server.server_address[1])
 
 
-def main(ready: Path, ignore_if_none_match: bool) -> None:
-    if ignore_if_none_match:
+_ERROR = (
+    '<?xml version="1.0" encoding="UTF-8"?><Error><Code>{code}</Code><Message>{msg}</Message>'
+    "</Error>"
+)
+
+
+def _with_faults(faults: Path) -> int:
+    """Serves moto behind a WSGI step that checks copy conditions and injects ``faults``."""
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.s3.models import s3_backends
+
+    app = DomainDispatcherApplication(create_backend_app)
+    backend = s3_backends[DEFAULT_ACCOUNT_ID]["aws"]
+
+    def error(start: Callable[..., Any], status: str, code: str) -> Iterable[bytes]:
+        body = _ERROR.format(code=code, msg=f"injected by s3_server.py: {code}").encode()
+        start(status, [("Content-Type", "application/xml"), ("Content-Length", str(len(body)))])
+        return [body]
+
+    def step(environ: dict[str, Any], start: Callable[..., Any]) -> Iterable[bytes]:
+        query = environ.get("QUERY_STRING", "")
+        if environ["REQUEST_METHOD"] == "PUT" and "partNumber=" in query:
+            f = json.loads(faults.read_text() or "{}") if faults.exists() else {}
+            source = environ.get("HTTP_X_AMZ_COPY_SOURCE")
+            if source is None:
+                if f.get("fail_upload_part"):
+                    return error(start, "403 Forbidden", "AccessDenied")
+            else:
+                if f.get("refuse_copy_range") and "HTTP_X_AMZ_COPY_SOURCE_RANGE" in environ:
+                    return error(start, "501 Not Implemented", "NotImplemented")
+                from urllib.parse import unquote
+
+                bucket, key = unquote(source.split("?")[0]).lstrip("/").split("/", 1)
+                obj = backend.get_object(bucket, key)
+                if f.get("rewrite_copy_source") and obj is not None:
+                    value = bytearray(obj.value)
+                    value[-1] ^= 0x01
+                    backend.put_object(bucket, key, bytes(value))
+                    obj = backend.get_object(bucket, key)
+                want = environ.get("HTTP_X_AMZ_COPY_SOURCE_IF_MATCH")
+                if want and obj is not None and want.strip('"') != obj.etag.strip('"'):
+                    return error(start, "412 Precondition Failed", "PreconditionFailed")
+        return app(environ, start)  # type: ignore[no-any-return]
+
+    server = make_server("127.0.0.1", 0, step, threaded=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return int(server.server_address[1])
+
+
+def main(ready: Path, ignore_if_none_match: bool, faults: Path | None = None) -> None:
+    if faults is not None:
+        port = _with_faults(faults)
+    elif ignore_if_none_match:
         port = _ignoring_if_none_match()
     else:
         server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
@@ -53,4 +117,6 @@ def main(ready: Path, ignore_if_none_match: bool) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), "--ignore-if-none-match" in sys.argv[2:])
+    args = sys.argv[2:]
+    faults = Path(args[args.index("--faults") + 1]) if "--faults" in args else None
+    main(Path(sys.argv[1]), "--ignore-if-none-match" in args, faults)

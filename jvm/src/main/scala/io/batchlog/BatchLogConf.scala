@@ -160,6 +160,30 @@ object BatchLogConf {
    */
   val RewindStepListenerKey = "spark.batchlog.rewind.stepListener"
 
+  /**
+   * Whether a compaction on S3A copies the previous compact file's runs on the store (a multipart
+   * upload of ranged part copies, `io.batchlog.log.ObjectStoreCopy`) where it can: `true` (default)
+   * or `false` (always through the driver, as on other file systems).
+   */
+  val ServerSideCompactionKey: String = key(
+    "spark.batchlog.compaction.serverSide",
+    "On S3A, copy the previous compact file on the store (a multipart upload of ranged part " +
+      "copies) where it can; false: through the driver.",
+    Some("true")
+  )
+
+  def serverSideCompaction(spark: SparkSession): Boolean =
+    spark.conf.getOption(ServerSideCompactionKey).map(_.trim.toLowerCase) match {
+      case None | Some("true") => true
+      case Some("false") => false
+      case Some(v) =>
+        throw BatchLogException.invalidArgument(
+          ServerSideCompactionKey,
+          v,
+          "it must be true or false"
+        )
+    }
+
   /** The Spark settings above, as this session resolves them (defaults included). */
   final case class SinkLogSettings(
       compactInterval: Int,

@@ -151,6 +151,21 @@ class CompactIndexFormatSuite extends AnyFunSuite {
     ))
   }
 
+  test("the store's ETag of the compact file: optional, last on the compact line, round-trips") {
+    val runs = Vector(IndexRun(Some(1L), 2L, 48L, 1L, 0x7L))
+    val etag = "\"9b2cf535f27731c9-2\"" // as S3 gives it, quotes included
+    val withEtag = CompactIndex(Name, 50L, 7L, runs, 0L, -1L, Some(etag))
+    val bytes = withEtag.toBytes
+    assert(new String(bytes, UTF_8).linesIterator.toSeq(1) ===
+      s"compact $Name 50 7 dropped 0 -1 etag $etag")
+    assert(CompactIndex.prove(bytes, Name, status(50L, 7L)) === Right(withEtag))
+    // an index without one (every index before it) proves as before, without an ETag
+    val without = CompactIndex(Name, 50L, 7L, runs, 0L, -1L)
+    assert(CompactIndex.prove(without.toBytes, Name, status(50L, 7L)).map(_.etag) === Right(None))
+    // a status without an ETag (the local disk, HDFS) records none
+    assert(new CompactIndex.Builder().result(2L, status(2L)).etag === None)
+  }
+
   test("prove names what is wrong with a checksummed index written wrong") {
     val compactLine = s"compact $Name 50 7 dropped 0 -1"
     val st = status(50L, 7L)

@@ -83,6 +83,9 @@ class BatchTaggedFileStreamSinkLog(
 
   /** batchlog's retention (`spark.batchlog.retention.*`), on top of the sink's `retention`. */
   private[log] val retention = BatchLogConf.retention(sparkSession)
+
+  /** `spark.batchlog.compaction.serverSide`: may a compaction copy on the store? */
+  private[log] val serverSideCompaction = BatchLogConf.serverSideCompaction(sparkSession)
   private val maxAgeMs = math.min(retentionMs, retention.ageMs.getOrElse(Long.MaxValue))
 
   /** Entries older than the sink's `retention` option or `spark.batchlog.retention.age`. */
@@ -117,9 +120,14 @@ class BatchTaggedFileStreamSinkLog(
    * error for that.
    */
   override protected def write(batchMetadataFile: Path, fn: OutputStream => Unit): Unit =
-    try LogFiles.publish(fileManager, batchMetadataFile, overwrite = false) { out =>
-        fn(out)
-        beforePublish(batchMetadataFile) // the bytes are written, not yet published
+    try storeCopy.filter(_.file == batchMetadataFile) match {
+        case Some(target) => // a compaction copying on the store ([[ObjectStoreCopy]])
+          target.publish { out => fn(out); beforePublish(batchMetadataFile) }
+        case None =>
+          LogFiles.publish(fileManager, batchMetadataFile, overwrite = false) { out =>
+            fn(out)
+            beforePublish(batchMetadataFile) // the bytes are written, not yet published
+          }
       }
     catch {
       case e: org.apache.hadoop.fs.FileAlreadyExistsException =>
@@ -189,6 +197,9 @@ class BatchTaggedFileStreamSinkLog(
    * ([[io.batchlog.commit.WriterGuard.requireLease]]), which may refuse it. Nothing by default.
    */
   @volatile var beforePublish: Path => Unit = (_: Path) => ()
+
+  /** Set by a compaction for the upload that copies on the store ([[StreamingCompaction]]). */
+  @volatile private[log] var storeCopy: Option[ObjectStoreCopy.Target] = None
 
   /** The batch this instance logged last (-1: none): the next one needs no probe for it. */
   @volatile private var lastAdded = -1L

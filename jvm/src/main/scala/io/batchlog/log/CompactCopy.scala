@@ -53,6 +53,11 @@ private[batchlog] object CompactCopy {
       minBatch: Long
   ): Unit = {
     held.release() // a copy still running (one compact file a compaction: none) ends first
+    (held.file, prev.etag) match {
+      case (upload: ObjectStoreCopy.Upload, Some(etag)) =>
+        return copyByStore(upload, etag, file, prev, out, index, minBatch)
+      case _ =>
+    }
     val local = for {
       src <- LocalPublish.localFile(fm, file)
       dst <- LocalPublish.channelOf(held.file)
@@ -61,6 +66,28 @@ private[batchlog] object CompactCopy {
       case Some((src, dst)) =>
         held.holdFor(copyBeside(fm, file, src, dst, prev, out, index, minBatch))
       case None => copyInOrder(fm, file, prev, out, index, minBatch)
+    }
+  }
+
+  /**
+   * The kept runs as stretches the store copies into `upload` ([[ObjectStoreCopy]]), on the
+   * condition that `file` still has ETag `etag`, recorded by its proved index: their bytes, and so
+   * their CRCs, are the ones the index proved; no byte passes through here.
+   */
+  private def copyByStore(
+      upload: ObjectStoreCopy.Upload,
+      etag: String,
+      file: Path,
+      prev: CompactIndex,
+      out: CompactIndex.CountingStream,
+      index: CompactIndex.Builder,
+      minBatch: Long
+  ): Unit = prev.runs.foreach { run =>
+    if (run.batchId.exists(_ < minBatch)) index.dropRun(run)
+    else {
+      index.run(run, out.count)
+      upload.copy(file, etag, run.offset, run.length)
+      out.wrotePast(run.length)
     }
   }
 

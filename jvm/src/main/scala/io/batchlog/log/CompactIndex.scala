@@ -24,7 +24,7 @@ final case class IndexRun(batchId: Option[Long], offset: Long, length: Long, cou
  *
  * {{{
  *   batchlog-index v2
- *   compact <compactFileName> <length> <modificationTime> dropped <entries> <maxBatch>
+ *   compact <compactFileName> <length> <modificationTime> dropped <entries> <maxBatch>[ etag <e>]
  *   <batchId|-> <offset> <length> <count> <crc32c>     (one line per run, crc32c in hex)
  *   checksum <crc32c, hex, of every byte of the index before this line>
  * }}}
@@ -56,7 +56,9 @@ final case class IndexRun(batchId: Option[Long], offset: Long, length: Long, cou
  * name is not a number, so Spark's log ignores the file. `dropped` records what retention removed:
  * the number of entries at this compaction, and the newest batch it dropped entries of at this or
  * any earlier compaction (-1: none; carried from the previous compact file's proved index, so the
- * latest index is the sink's retention watermark: batches above it lost nothing).
+ * latest index is the sink's retention watermark: batches above it lost nothing). `etag` (optional)
+ * is the object store's ETag of the compact file when the index was written: a server-side
+ * compaction copies the file's ranges only on that condition ([[ObjectStoreCopy]]).
  */
 final case class CompactIndex(
     compactName: String,
@@ -64,7 +66,8 @@ final case class CompactIndex(
     compactModTime: Long,
     runs: Vector[IndexRun],
     droppedEntries: Long,
-    droppedMaxBatch: Long
+    droppedMaxBatch: Long,
+    etag: Option[String] = None
 ) {
 
   def matches(status: FileStatus): Boolean =
@@ -77,7 +80,9 @@ final case class CompactIndex(
   def toBytes: Array[Byte] = {
     val sb = new StringBuilder(CompactIndex.Header).append('\n')
     sb.append(s"compact $compactName $compactLength $compactModTime dropped ")
-      .append(s"$droppedEntries $droppedMaxBatch\n")
+      .append(s"$droppedEntries $droppedMaxBatch")
+    etag.foreach(e => sb.append(" etag ").append(e))
+    sb.append('\n')
     runs.foreach { r =>
       sb.append(r.batchId.map(_.toString).getOrElse("-")).append(' ').append(r.offset).append(' ')
         .append(r.length).append(' ').append(r.count).append(' ')
@@ -177,7 +182,8 @@ object CompactIndex {
 
   private val Hex = "[0-9a-f]{1,8}"
   private val ChecksumLine = s"checksum ($Hex)".r
-  private val CompactLine = "compact (\\S+) (\\d+) (-?\\d+) dropped (\\d+) (-?\\d+)".r
+  private val CompactLine =
+    "compact (\\S+) (\\d+) (-?\\d+) dropped (\\d+) (-?\\d+)(?: etag (\\S+))?".r
   private val RunLine = s"(-|\\d+) (\\d+) (\\d+) (\\d+) ($Hex)".r
 
   private def proveUnsafe(
@@ -206,8 +212,8 @@ object CompactIndex {
     // Checksummed: what follows only fails for an index written wrong, or for another file.
     val lines = new String(bytes, 0, lastStart, UTF_8).split('\n')
     if (lines.length < 2) return Left("it has no compact line")
-    val (name, len, mod, dropped, maxDropped) = lines(1) match {
-      case CompactLine(n, l, m, d, x) => (n, l.toLong, m.toLong, d.toLong, x.toLong)
+    val (name, len, mod, dropped, maxDropped, etag) = lines(1) match {
+      case CompactLine(n, l, m, d, x, e) => (n, l.toLong, m.toLong, d.toLong, x.toLong, Option(e))
       case _ => return Left("its line 2 is not a compact line")
     }
     if (name != compactName) return Left(s"it describes $name, not $compactName")
@@ -240,7 +246,7 @@ object CompactIndex {
     }
     if (end < len) return Left(s"its runs leave bytes $end..$len uncovered")
     if (end > len) return Left(s"its runs end at byte $end, past the end of the compact file")
-    Right(CompactIndex(name, len, mod, runs, dropped, maxDropped))
+    Right(CompactIndex(name, len, mod, runs, dropped, maxDropped, etag))
   }
 
   /**
@@ -373,7 +379,8 @@ object CompactIndex {
         status.getModificationTime,
         runs.result(),
         dropped,
-        droppedMaxBatch
+        droppedMaxBatch,
+        ObjectStoreCopy.etagOf(status)
       )
     }
   }

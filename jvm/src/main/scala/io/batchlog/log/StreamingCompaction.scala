@@ -5,8 +5,7 @@ import java.nio.charset.StandardCharsets.UTF_8
 import org.apache.spark.internal.Logging
 import io.batchlog.shim.CompactibleFileStreamLog._
 
-import io.batchlog.BatchLogException
-import io.batchlog.Compat
+import io.batchlog.{BatchLogException, Compat}
 
 /**
  * Compaction of a [[BatchTaggedFileStreamSinkLog]] (mixed into it): writes `N.compact` by copying
@@ -34,7 +33,7 @@ trait StreamingCompaction extends Logging { self: BatchTaggedFileStreamSinkLog =
   private[log] def compact(batchId: Long, newEntries: Array[SinkLogEntry]): Boolean = {
     val startNs = System.nanoTime()
     val added =
-      try compactOnce(batchId, newEntries, rescan = false)
+      try compactByStore(batchId, newEntries)
       catch {
         case s: CompactCopy.StaleRun =>
           requireReplaced(pathToBatchId(s.file), s.index, s.run)
@@ -59,6 +58,54 @@ trait StreamingCompaction extends Logging { self: BatchTaggedFileStreamSinkLog =
   }
 
   private val NewLine = Array[Byte]('\n')
+
+  /**
+   * The compact file written by a store-side copy of the previous one's runs, where the store can
+   * ([[ObjectStoreCopy]]); if it fails (the previous file changed, the store refused a ranged
+   * copy), its upload is aborted and the compaction runs again on the client-side path, which
+   * checks every run's CRC32C and tells damage from a replaced file.
+   */
+  private def compactByStore(batchId: Long, newEntries: Array[SinkLogEntry]): Boolean =
+    storeCopyFor(batchId) match {
+      case None => compactOnce(batchId, newEntries, rescan = false)
+      case Some(target) =>
+        try {
+          storeCopy = Some(target)
+          compactOnce(batchId, newEntries, rescan = false)
+        } catch {
+          case f: ObjectStoreCopy.Failed =>
+            ObjectStoreCopy.Stats.fallbacks.incrementAndGet()
+            logWarning(
+              s"Server-side compaction of batch $batchId failed, its upload aborted; " +
+                s"compacting on the client: ${f.getMessage}",
+              f.getCause
+            )
+            storeCopy = None
+            compactOnce(batchId, newEntries, rescan = false)
+        } finally storeCopy = None
+    }
+
+  /**
+   * The store-side copy for compaction `batchId`: on S3A with the SDK v2 client, without age
+   * retention, when the previous compact file is large enough and its proved index records the ETag
+   * it still has. None: the client-side copy.
+   */
+  private def storeCopyFor(batchId: Long): Option[ObjectStoreCopy.Target] = {
+    val prevId = batchId - interval
+    if (prevId < 0 || ageRetentionActive || !serverSideCompaction) {
+      return None
+    }
+    val file = batchIdToPath(batchId)
+    val prev = batchIdToPath(prevId)
+    ObjectStoreCopy.target(checkpointFileManager, file).toOption.filter { t =>
+      statusOf(prev).exists(_.getLen >= ObjectStoreCopy.minCompactBytes) && {
+        val recorded =
+          try indexOf(prevId).etag
+          catch { case scala.util.control.NonFatal(_) => None }
+        recorded.isDefined && t.currentEtag(prev) == recorded
+      }
+    }
+  }
 
   private def compactOnce(
       batchId: Long,

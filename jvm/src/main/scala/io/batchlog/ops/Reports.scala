@@ -88,7 +88,8 @@ final case class SinkSummary(
     untaggedBytes: Long,
     batches: Seq[BatchFiles],
     horizon: HorizonReport,
-    logPublish: String
+    logPublish: String,
+    compaction: String
 )
 
 /**

@@ -21,6 +21,7 @@ import io.batchlog.log.{
   LogFiles,
   LogFormat,
   LogLayout,
+  ObjectStoreCopy,
   SinkLogEntry
 }
 
@@ -154,7 +155,14 @@ class SinkReader(spark: SparkSession, outputPath: String) {
       untagged._2,
       perBatch.toSeq.map { case (b, (n, bytes)) => BatchFiles(b, n, bytes) },
       Horizon.report(spark, log, checkpointPath),
-      LogFiles.describeWriteOnce(log.checkpointFileManager, log.logFilePath(latest + 1))
+      LogFiles.describeWriteOnce(log.checkpointFileManager, log.logFilePath(latest + 1)),
+      if (!BatchLogConf.serverSideCompaction(spark)) {
+        s"client-side copy (${BatchLogConf.ServerSideCompactionKey} is false)"
+      } else
+        ObjectStoreCopy.describe(
+          log.checkpointFileManager,
+          log.logFilePath(CompactibleFileStreamLog.nextCompactionBatchId(latest, log.interval))
+        )
     )
   }
 

@@ -1,0 +1,288 @@
+"""A compaction on an S3-compatible store (moto, ``tests/servers/s3_server.py``), side by side.
+
+For each size (entries in the previous compact file), one sink log per implementation is laid out
+on ``s3a://`` as a running sink leaves it: the batch files of the first compaction interval
+(written to the store directly) and its compaction, by the log itself; then nine small batch files
+(``--new`` entries each: the new lines). The next compaction is then timed, each repeat from the
+same state (the compact file it wrote deleted, a fresh log instance):
+
+- ``vanilla``: Spark's ``FileStreamSinkLog`` (reads and re-serialises every entry, writes through
+  the checkpoint manager: a temp file and a rename, which S3A does as a copy);
+- ``batchlog``: batchlog's log with server-side compaction (``ObjectStoreCopy``: a multipart upload
+  whose big parts the store copies from the previous compact file);
+- ``batchlog-client``: the same log with ``spark.batchlog.compaction.serverSide=false`` (the
+  previous compact file copied through the driver, as on any file system);
+- ``copy``: a plain copy of the previous compact file through the driver (S3A read, S3A write):
+  the floor for any compaction that moves the file's bytes through the driver.
+
+Measured for each: wall time, requests the server logged, and the bytes the driver read and wrote:
+Hadoop's ``FileSystem.Statistics`` of the ``s3a`` scheme (those of ``FileSystem`` and of
+``FileContext``, which Spark's checkpoint manager writes through), plus what batchlog's
+server-side path sent or read through S3A's SDK client itself (``ObjectStoreCopy.Stats``:
+uploaded parts, ranged reads), which those statistics do not see. Best of ``--repeat`` with
+spreads, JSON for ``bench/report.py``.
+
+Usage: python bench/s3_compaction.py [--entries 100000,1000000] [--repeat 3] [--new 1000]
+       [--impls vanilla,batchlog,batchlog-client,copy] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "python"))
+sys.path.insert(0, str(ROOT / "tests"))
+
+import batchlog  # noqa: E402
+import boto3  # noqa: E402
+from pyspark.sql import SparkSession  # noqa: E402
+from storage_support import create_bucket, s3a_conf, start_s3, stop_server  # noqa: E402
+from support import S3A_CLASSPATH  # noqa: E402
+
+BUCKET = "bench-compaction"
+INTERVAL = 10
+REQUEST = re.compile(r'"(?:\x1b\[[0-9;]*m)*([A-Z]+) (\S+) HTTP/')
+IMPLS = ("vanilla", "batchlog", "batchlog-client", "copy")
+
+
+def line(b: int, i: int) -> str:
+    """An entry as batchlog writes it: a realistic partitioned parquet path (~250 bytes a line)."""
+    path = (
+        f"s3a://data/events/country=c{i % 50:02d}/part-{i % 1000:05d}-batch-{b}-"
+        f"{b:08x}-{i:04x}-4b1e-9c3a-{b * 1000003 + i:012x}.c000.snappy.parquet"
+    )
+    return (
+        f'{{"path":"{path}","size":{1000 + i},"isDir":false,"modificationTime":'
+        f'{1700000000000 + b * 1000},"blockReplication":1,"blockSize":134217728,'
+        f'"action":"add","batchId":{b}}}'
+    )
+
+
+class Requests:
+    """The server's request log: how many requests since the last mark."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.mark = self._count()
+
+    def _count(self) -> int:
+        n, last, since = -1, -1, time.monotonic()
+        while True:  # quiet for 0.3 s: the last lines are written after their responses
+            with open(self.path, "rb") as f:
+                n = sum(1 for ln in f if REQUEST.search(ln.decode(errors="replace")))
+            if n != last:
+                last, since = n, time.monotonic()
+            elif time.monotonic() - since >= 0.3:
+                return n
+            time.sleep(0.05)
+
+    def take(self) -> int:
+        n = self._count()
+        d, self.mark = n - self.mark, n
+        return d
+
+
+class Bench:
+    def __init__(self, spark: SparkSession, s3: Any, requests: Requests, new: int) -> None:
+        self.spark = spark
+        jvm = spark._jvm
+        assert jvm is not None
+        self.jvm: Any = jvm
+        self.s3 = s3
+        self.requests = requests
+        self.new = new
+        conf = spark._jsparkSession.sessionState().newHadoopConf()
+        self.fs = self.jvm.org.apache.hadoop.fs.Path(f"s3a://{BUCKET}/").getFileSystem(conf)
+
+    def path(self, p: str) -> Any:
+        return self.jvm.org.apache.hadoop.fs.Path(p)
+
+    def put_batch(self, prefix: str, b: int, n: int) -> None:
+        body = ("v1" + "".join("\n" + line(b, i) for i in range(n))).encode()
+        self.s3.put_object(Bucket=BUCKET, Key=f"{prefix}/_spark_metadata/{b}", Body=body)
+
+    def open_log(self, impl: str, meta: str) -> Any:
+        js = self.spark._jsparkSession
+        if impl == "vanilla":
+            none = getattr(getattr(self.jvm.scala, "None$"), "MODULE$")
+            return self.jvm.org.apache.spark.sql.execution.streaming.sinks.FileStreamSinkLog(
+                1, js, meta, none
+            )
+        return self.jvm.io.batchlog.log.BatchTaggedFileStreamSinkLog(js, meta, 2**63 - 1)
+
+    def empty(self, impl: str) -> Any:
+        cls = (
+            self.jvm.org.apache.spark.sql.execution.streaming.sinks.SinkFileStatus
+            if impl == "vanilla"
+            else self.jvm.io.batchlog.log.SinkLogEntry
+        )
+        return self.spark.sparkContext._gateway.new_array(cls, 0)  # type: ignore[union-attr]
+
+    def s3a_bytes(self) -> tuple[int, int]:
+        read = written = 0
+        fs_api = self.jvm.org.apache.hadoop.fs
+        for st in fs_api.FileSystem.getAllStatistics():  # through FileSystem
+            if st.getScheme() == "s3a":
+                read += st.getBytesRead()
+                written += st.getBytesWritten()
+        for uri, st in fs_api.FileContext.getAllStatistics().items():  # through FileContext
+            if uri.getScheme() == "s3a":
+                read += st.getBytesRead()
+                written += st.getBytesWritten()
+        stats = json.loads(self.jvm.io.batchlog.log.ObjectStoreCopy.statsJson())
+        return read + stats["bytesRead"], written + stats["bytesUploaded"]
+
+    def server_side(self, impl: str) -> None:
+        on = "false" if impl == "batchlog-client" else "true"
+        self.spark.conf.set("spark.batchlog.compaction.serverSide", on)
+
+    def lay_out(self, impl: str, prefix: str, entries: int) -> None:
+        """The log before compaction ``2 * INTERVAL - 1``: one compaction, small files since."""
+        meta = f"s3a://{BUCKET}/{prefix}/_spark_metadata"
+        per = entries // (INTERVAL - 1)
+        for b in range(INTERVAL - 1):
+            self.put_batch(prefix, b, per)
+        self.server_side(impl)
+        log = self.open_log(impl, meta)
+        assert log.add(INTERVAL - 1, self.empty(impl))
+        for b in range(INTERVAL, 2 * INTERVAL - 1):
+            self.put_batch(prefix, b, self.new)
+
+    def measure(self, impl: str, prefix: str) -> dict[str, float]:
+        meta = f"s3a://{BUCKET}/{prefix}/_spark_metadata"
+        last = 2 * INTERVAL - 1
+        target = self.path(f"{meta}/{last}.compact")
+        prev = self.path(f"{meta}/{INTERVAL - 1}.compact")
+        copy_to = self.path(f"s3a://{BUCKET}/{prefix}/copy-of-compact")
+        for p in (target, self.path(f"{meta}/{last}.compact.index"), copy_to):
+            self.fs.delete(p, False)
+        self.server_side(impl)
+        run: Callable[[], None]
+        if impl == "copy":
+            util = self.jvm.org.apache.hadoop.fs.FileUtil
+            conf = self.fs.getConf()
+
+            def run() -> None:
+                assert util.copy(self.fs, prev, self.fs, copy_to, False, conf)
+
+        else:
+            log = self.open_log(impl, meta)
+            log.getLatestBatchId()  # as a running sink has, before its batch
+            empty = self.empty(impl)
+
+            def run() -> None:
+                assert log.add(last, empty)
+
+        self.requests.take()
+        r0, w0 = self.s3a_bytes()
+        t0 = time.perf_counter()
+        run()
+        ms = (time.perf_counter() - t0) * 1000
+        r1, w1 = self.s3a_bytes()
+        reqs = self.requests.take()
+        out: dict[str, float] = {
+            "wall ms": ms,
+            "requests": reqs,
+            "driver read MiB": (r1 - r0) / 2**20,
+            "driver written MiB": (w1 - w0) / 2**20,
+        }
+        if impl.startswith("batchlog"):
+            size = self.fs.getFileStatus(target).getLen()
+            index = self.fs.getFileStatus(self.path(f"{meta}/{last}.compact.index")).getLen()
+            prev_len = self.fs.getFileStatus(prev).getLen()
+            out["new lines + index MiB"] = (size - prev_len + index) / 2**20
+            out["compact file MiB"] = size / 2**20
+        return out
+
+
+def spread(xs: list[float]) -> str:
+    return f"{(max(xs) / min(xs) - 1) * 100:.0f}%" if len(xs) > 1 and min(xs) > 0 else "-"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--entries", default="100000,1000000")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--new", type=int, default=1000, help="entries of each batch file since")
+    ap.add_argument("--impls", default=",".join(IMPLS))
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    sizes = [int(x) for x in args.entries.split(",")]
+    root = Path(tempfile.mkdtemp(prefix="bl-s3c-"))
+    proc, endpoint, log_file = start_s3(root)
+    figures: list[dict[str, Any]] = []
+    try:
+        create_bucket(endpoint, BUCKET)
+        builder = (
+            batchlog.configure(SparkSession.builder)
+            .master("local[2]")
+            .appName("batchlog-bench-s3-compaction")
+            .config("spark.ui.enabled", "false")
+            .config("spark.driver.memory", "2g")
+            .config("spark.driver.extraClassPath", S3A_CLASSPATH)
+            .config("spark.sql.streaming.fileSink.log.compactInterval", str(INTERVAL))
+        )
+        for k, v in s3a_conf(endpoint).items():
+            builder = builder.config(f"spark.hadoop.{k}", v)
+        spark = builder.getOrCreate()
+        spark.sparkContext.setLogLevel("ERROR")
+        s3 = boto3.client(
+            "s3",
+            endpoint_url=endpoint,
+            region_name="us-east-1",
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
+        bench = Bench(spark, s3, Requests(log_file), args.new)
+        print(f"best of {args.repeat}; new lines: {INTERVAL - 1} batch files x {args.new}")
+        for n in sizes:
+            print(f"\n=== {n:,} entries in the previous compact file ===")
+            for impl in args.impls.split(","):
+                prefix = f"n{n}/{'batchlog' if impl == 'copy' else impl}"
+                if impl != "copy":
+                    t0 = time.perf_counter()
+                    bench.lay_out(impl, prefix, n)
+                    print(f"  [{impl}: laid out in {time.perf_counter() - t0:.1f} s]")
+                reps = [bench.measure(impl, prefix) for _ in range(args.repeat)]
+                for measure in reps[0]:
+                    values = [r[measure] for r in reps]
+                    best = min(values)
+                    print(
+                        f"  {impl:<16} {measure:<22} best {best:>12,.2f}  spread {spread(values)}"
+                    )
+                    figures.append(
+                        {
+                            "entries": n,
+                            "measure": f"s3 compaction {measure}",
+                            "impl": impl,
+                            "unit": measure.rsplit(" ", 1)[-1],
+                            "values": values,
+                        }
+                    )
+            s3_delete_prefix(s3, f"n{n}/")
+        spark.stop()
+    finally:
+        stop_server(proc)
+    if args.json:
+        args.json.write_text(json.dumps({"kind": "s3-compaction", "figures": figures}, indent=1))
+        print(f"figures written to {args.json}")
+
+
+def s3_delete_prefix(s3: Any, prefix: str) -> None:
+    """Frees the server's memory (moto keeps every object in it) before the next size."""
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix):
+        keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
+        if keys:
+            s3.delete_objects(Bucket=BUCKET, Delete={"Objects": keys})
+
+
+if __name__ == "__main__":
+    main()

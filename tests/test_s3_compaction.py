@@ -1,0 +1,326 @@
+"""Server-side compaction on S3A (``ObjectStoreCopy``), against moto behind ``s3_server.py``'s fault
+step (which also refuses an ``UploadPartCopy`` whose ``x-amz-copy-source-if-match`` is not the
+source's ETag, as S3 does and moto 5.1 does not).
+
+Each sink log is written as a running sink writes it: batch files ``0``, ``1`` (15,000 entries
+each) and compaction ``2`` (client-side: there is no previous compact file; ~10 MiB, its index
+records its ETag), batch files ``3``, ``4`` (a few entries) and compaction ``5`` by the log itself
+(``BatchTaggedFileStreamSinkLog.add``), once with server-side compaction on and once off; the two
+``5.compact`` must be the same bytes. The batch files are written as bytes through Hadoop's file
+system, in the exact form batchlog writes them (the compaction copies such lines as they are).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from conftest import COMPACT_INTERVAL_KEY
+from py4j.protocol import Py4JJavaError
+from pyspark.sql import SparkSession
+from storage_support import s3a_conf, start_s3, stop_server
+from support import S3A_CLASSPATH, session_conf
+
+SERVER_SIDE_KEY = "spark.batchlog.compaction.serverSide"
+BIG = 15_000  # entries of batches 0 and 1: 2.compact is ~10 MiB (server-side from 8 MiB)
+
+
+class Store:
+    """moto with a fault file; one bucket per test (a store's refusal is remembered per bucket)."""
+
+    def __init__(self, spark: SparkSession, endpoint: str, faults: Path) -> None:
+        self.spark = spark
+        self.endpoint = endpoint
+        self.faults = faults
+        self.client = boto3.client(
+            "s3",
+            endpoint_url=endpoint,
+            region_name="us-east-1",
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
+
+    def bucket(self) -> str:
+        """A new bucket, its ``s3a://`` settings per bucket (they do not touch other tests')."""
+        name = f"copy-{uuid.uuid4().hex[:10]}"
+        self.client.create_bucket(Bucket=name)
+        hconf = self.spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
+        for k, v in s3a_conf(self.endpoint).items():
+            hconf.set(k.replace("fs.s3a.", f"fs.s3a.bucket.{name}.", 1), v)
+        hconf.set(
+            "fs.s3a.aws.credentials.provider", s3a_conf("")["fs.s3a.aws.credentials.provider"]
+        )
+        return name
+
+    def inject(self, **faults: bool) -> None:
+        self.faults.write_text(json.dumps(faults))
+
+    def uploads_in_progress(self, bucket: str) -> list[Any]:
+        return list(self.client.list_multipart_uploads(Bucket=bucket).get("Uploads", []))
+
+    def get(self, bucket: str, key: str) -> bytes:
+        return bytes(self.client.get_object(Bucket=bucket, Key=key)["Body"].read())
+
+
+@pytest.fixture(scope="module")
+def store(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
+    if not Path(S3A_CLASSPATH).parent.is_dir():
+        pytest.fail(f"{S3A_CLASSPATH} is missing: run `dev/setup`", pytrace=False)
+    root = tmp_path_factory.mktemp("s3copy")
+    faults = root / "faults.json"
+    faults.write_text("{}")
+    proc, endpoint, _ = start_s3(root, faults=faults)
+    try:
+        yield Store(spark, endpoint, faults)
+    finally:
+        stop_server(proc)
+
+
+@pytest.fixture(autouse=True)
+def no_faults(store: Store) -> Iterator[None]:
+    store.inject()
+    yield
+    store.inject()
+
+
+def line(b: int, i: int) -> str:
+    """An entry as batchlog writes it (``LogFormat.encode``): a ~250-byte partitioned path."""
+    path = (
+        f"s3a://data/events/country=c{i % 50:02d}/part-{i % 1000:05d}-batch-{b}-"
+        f"{b:08x}-{i:04x}-4b1e-9c3a-{b * 1000003 + i:012x}.c000.snappy.parquet" + "?pad=" + "x" * 80
+    )
+    return json.dumps(
+        {
+            "path": path,
+            "size": 1000 + i,
+            "isDir": False,
+            "modificationTime": 1700000000000 + b * 1000,
+            "blockReplication": 1,
+            "blockSize": 134217728,
+            "action": "add",
+            "batchId": b,
+        },
+        separators=(",", ":"),
+    )
+
+
+class Log:
+    """Sink log ``<root>/_spark_metadata`` on the store, driven through the JVM."""
+
+    def __init__(self, spark: SparkSession, root: str) -> None:
+        self.spark = spark
+        self.meta = f"{root}/_spark_metadata"
+        jvm = spark._jvm
+        assert jvm is not None
+        self.jvm = jvm
+        conf = spark._jsparkSession.sessionState().newHadoopConf()
+        self.fs = jvm.org.apache.hadoop.fs.Path(self.meta).getFileSystem(conf)
+        self.log = jvm.io.batchlog.log.BatchTaggedFileStreamSinkLog(
+            spark._jsparkSession, self.meta, 2**63 - 1
+        )
+
+    def batch_file(self, b: int, n: int) -> None:
+        data = ("v1" + "".join("\n" + line(b, i) for i in range(n))).encode()
+        out = self.fs.create(self.jvm.org.apache.hadoop.fs.Path(f"{self.meta}/{b}"), False)
+        out.write(bytearray(data))
+        out.close()
+
+    def compact(self, b: int) -> None:
+        empty = self.spark.sparkContext._gateway.new_array(  # type: ignore[union-attr]
+            self.jvm.io.batchlog.log.SinkLogEntry, 0
+        )
+        assert self.log.add(b, empty)
+
+    def path(self, name: str):  # type: ignore[no-untyped-def]
+        return self.jvm.org.apache.hadoop.fs.Path(f"{self.meta}/{name}")
+
+    def bytes_of(self, name: str) -> bytes:
+        f = self.fs.open(self.jvm.org.apache.hadoop.fs.Path(f"{self.meta}/{name}"))
+        try:
+            return bytes(self.jvm.org.apache.commons.io.IOUtils.toByteArray(f))
+        finally:
+            f.close()
+
+    def spark_entries(self) -> int:
+        """How many live files Spark's own log reader (``FileStreamSinkLog``) finds."""
+        sinks = self.jvm.org.apache.spark.sql.execution.streaming.sinks
+        none = getattr(getattr(self.jvm.scala, "None$"), "MODULE$")
+        log = sinks.FileStreamSinkLog(1, self.spark._jsparkSession, self.meta, none)
+        return len(log.allFiles())
+
+
+def stats(spark: SparkSession) -> dict[str, int]:
+    jvm = spark._jvm
+    assert jvm is not None
+    return json.loads(jvm.io.batchlog.log.ObjectStoreCopy.statsJson())  # type: ignore[no-any-return]
+
+
+def delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+    return {k: after[k] - before[k] for k in after}
+
+
+def build(
+    spark: SparkSession,
+    root: str,
+    server_side: bool,
+    upto: int = 5,
+    sizes: tuple[int, int] = (BIG, BIG),
+    conf: dict[str, str] | None = None,
+) -> Log:
+    """Batch files 0, 1 (``sizes`` entries), 3, 4, ... and the compactions 2, 5, ... up to
+    ``upto``, with session confs ``conf``."""
+    confs = {COMPACT_INTERVAL_KEY: "3", SERVER_SIDE_KEY: str(server_side).lower(), **(conf or {})}
+    with session_conf(spark, confs):
+        log = Log(spark, root)
+        for b in range(upto + 1):
+            if b % 3 == 2:
+                log.compact(b)
+            else:
+                log.batch_file(b, sizes[b] if b < 2 else 40 + b)
+    return log
+
+
+def reference(spark: SparkSession, store: Store, upto: int = 5, **kw: Any) -> bytes:
+    """``<upto>.compact`` as the client-side path writes it."""
+    log = build(spark, f"s3a://{store.bucket()}/ref", server_side=False, upto=upto, **kw)
+    return log.bytes_of(f"{upto}.compact")
+
+
+def test_server_side_compaction_writes_the_client_path_bytes(
+    spark: SparkSession, store: Store
+) -> None:
+    expected = reference(spark, store)
+    bucket = store.bucket()
+    before = stats(spark)
+    log = build(spark, f"s3a://{bucket}/out", server_side=True)
+    d = delta(before, stats(spark))
+    got = log.bytes_of("5.compact")
+    assert got == expected
+    assert d["compactions"] == 1 and d["fallbacks"] == 0
+    # the header and 2.compact's runs copied by the store as one part; the new lines uploaded
+    prev = len(log.bytes_of("2.compact"))
+    assert d["partsCopied"] == 1 and d["bytesCopied"] == prev
+    assert d["partsUploaded"] == 1 and d["bytesUploaded"] == len(got) - prev
+    assert d["bytesRead"] == 0
+    index = log.bytes_of("5.compact.index").decode()
+    assert " etag " in index.splitlines()[1], index
+    assert store.uploads_in_progress(bucket) == []
+    assert log.spark_entries() == 2 * BIG + (40 + 3) + (40 + 4)
+    import batchlog
+
+    summary = batchlog.SinkLog(spark, f"s3a://{bucket}/out").inspect()
+    assert summary.compaction.startswith("server-side copy (a multipart upload")
+    with session_conf(spark, {SERVER_SIDE_KEY: "false"}):
+        summary = batchlog.SinkLog(spark, f"s3a://{bucket}/out").inspect()
+    assert summary.compaction == f"client-side copy ({SERVER_SIDE_KEY} is false)"
+
+
+def test_failure_mid_upload_aborts_it_and_the_next_compaction_copies(
+    spark: SparkSession, store: Store
+) -> None:
+    expected5, expected8 = reference(spark, store, 5), reference(spark, store, 8)
+    bucket = store.bucket()
+    root = f"s3a://{bucket}/out"
+    store.inject(fail_upload_part=True)  # after the copied part: the new lines' part fails
+    before = stats(spark)
+    log = build(spark, root, server_side=True)
+    d = delta(before, stats(spark))
+    assert d["fallbacks"] == 1 and d["compactions"] == 0 and d["partsCopied"] == 1
+    assert store.uploads_in_progress(bucket) == []  # aborted: nothing of it published
+    assert log.bytes_of("5.compact") == expected5  # the client-side compaction's
+    store.inject()
+    before = stats(spark)
+    with session_conf(spark, {COMPACT_INTERVAL_KEY: "3"}):
+        log.batch_file(6, 46)
+        log.batch_file(7, 47)
+        log.compact(8)
+    d = delta(before, stats(spark))
+    assert d["compactions"] == 1 and d["fallbacks"] == 0
+    assert log.bytes_of("8.compact") == expected8
+    assert store.uploads_in_progress(bucket) == []
+
+
+def test_previous_compact_file_rewritten_under_the_copy_is_never_copied(
+    spark: SparkSession, store: Store
+) -> None:
+    # the same damage (last byte of 2.compact flipped, a new object) on the client-side path
+    ref = store.bucket()
+    outcome_ref = damaged_outcome(spark, store, ref, server_side=False)
+    bucket = store.bucket()
+    store.inject(rewrite_copy_source=True)  # rewritten right before the store copies it
+    before = stats(spark)
+    outcome = damaged_outcome(spark, store, bucket, server_side=True)
+    d = delta(before, stats(spark))
+    assert d["fallbacks"] == 1 and d["compactions"] == 0 and d["bytesCopied"] == 0
+    assert store.uploads_in_progress(bucket) == []
+    assert outcome == outcome_ref == "CORRUPT_LOG names 2.compact: True", (outcome, outcome_ref)
+
+
+def damaged_outcome(spark: SparkSession, store: Store, bucket: str, server_side: bool) -> str:
+    """Compaction 5 over a 2.compact whose last byte changed (the last line is no longer JSON):
+    the error code and whether it names 2.compact, or ``published`` if 5.compact was written."""
+    log = build(spark, f"s3a://{bucket}/out", server_side=server_side, upto=4)
+    if not server_side:  # damaged before the compaction, as the fault step does during it
+        key = "out/_spark_metadata/2.compact"
+        value = bytearray(store.get(bucket, key))
+        value[-1] ^= 0x01
+        store.client.put_object(Bucket=bucket, Key=key, Body=bytes(value))
+    with session_conf(
+        spark, {COMPACT_INTERVAL_KEY: "3", SERVER_SIDE_KEY: str(server_side).lower()}
+    ):
+        try:
+            log.compact(5)
+        except Py4JJavaError as e:
+            # Whether the file is taken for damaged in place (CRC mismatch, same identity) or for
+            # replaced (rescanned: its last line fails to parse) depends on its modification time
+            # (one-second resolution); either way CORRUPT_LOG names it, and nothing is published.
+            assert not log.fs.exists(log.path("5.compact"))
+            return f"{e.java_exception.code()} names 2.compact: {'2.compact' in str(e)}"
+    return "published"
+
+
+def test_store_refusing_ranged_copies_falls_back_and_is_remembered(
+    spark: SparkSession, store: Store
+) -> None:
+    expected = reference(spark, store)
+    bucket = store.bucket()
+    store.inject(refuse_copy_range=True)
+    before = stats(spark)
+    log = build(spark, f"s3a://{bucket}/out", server_side=True)
+    d = delta(before, stats(spark))
+    assert d["fallbacks"] == 1 and d["compactions"] == 0 and d["bytesCopied"] == 0
+    assert store.uploads_in_progress(bucket) == []
+    assert log.bytes_of("5.compact") == expected
+    import batchlog
+
+    summary = batchlog.SinkLog(spark, f"s3a://{bucket}/out").inspect()
+    assert summary.compaction == "client-side copy (the store refused a ranged part copy)"
+
+
+def test_retention_gap_short_stretches_read_long_ones_copied(
+    spark: SparkSession, store: Store
+) -> None:
+    # retention drops batch 0's run at compaction 5: the first kept run (batch 1, ~11 MiB) does
+    # not follow the header, so its first 5 MiB are read (with the header, the first part: at
+    # least 5 MiB) and the rest is copied by the store; the new lines are the last part
+    kw: dict[str, Any] = {"sizes": (100, 35_000), "conf": {"spark.batchlog.retention.batches": "5"}}
+    expected = reference(spark, store, **kw)
+    bucket = store.bucket()
+    before = stats(spark)
+    log = build(spark, f"s3a://{bucket}/out", server_side=True, **kw)
+    d = delta(before, stats(spark))
+    got = log.bytes_of("5.compact")
+    assert got == expected
+    assert d["compactions"] == 1 and d["fallbacks"] == 0
+    header = 2
+    assert d["bytesRead"] == 5 * 2**20 - header
+    assert d["partsCopied"] == 1 and d["partsUploaded"] == 2
+    assert d["bytesUploaded"] + d["bytesCopied"] == len(got)
+    assert 5 * 2**20 <= d["bytesCopied"] <= 7 * 2**20
+    assert store.uploads_in_progress(bucket) == []
+    assert log.spark_entries() == 35_000 + (40 + 3) + (40 + 4)
