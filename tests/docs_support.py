@@ -54,6 +54,9 @@ BATCHLOG_NOTES: dict[str, str] = {
     "spark.batchlog.retention.age": "drop (and hide from readers) entries whose file is older "
     "than this duration, e.g. `30d`",
     "spark.batchlog.delete.parallelism": "threads deleting files in a rewind",
+    "spark.batchlog.compaction.serverSide": "on S3A (Hadoop 3.4+), a compaction's kept bytes are "
+    "copied by the store, conditional on the ETag the previous index recorded; `inspect` shows "
+    "the path a sink takes",
     "spark.batchlog.writer.leaseTimeout": "the writer refreshes its lease every quarter of this "
     "and stops committing once its last successful refresh is older than three quarters; "
     "another process calls the lease dead once it has watched it unchanged for all of it",
