@@ -141,6 +141,24 @@ def test_inspect(sinks: dict[str, Path]) -> None:
     )
 
 
+def test_inspect_a_young_sink_shows_its_writers_interval(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Before its first compact file a log is read at the reading session's interval (here
+    Spark's default, 10); ``inspect`` shows the writing query's, from the sink's record."""
+    out = tmp_path / "young"
+    drop_inputs(tmp_path / "input", {b: batch_rows(b, 1) for b in range(2)})
+    plugin = {COMMIT_PROTOCOL_KEY: batchlog.COMMIT_PROTOCOL_CLASS, COMPACT_INTERVAL_KEY: "4"}
+    with session_conf(spark, plugin):
+        ran = run_stream(spark, tmp_path / "input", out, tmp_path / "chk", fmt="json")
+    assert ran == [0, 1]
+    proc = cli("inspect", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "compaction      every 4 batches; latest (none yet); next at batch 3" in (
+        proc.stdout.splitlines()
+    ), proc.stdout
+
+
 def test_inspect_mixed_log_proves_plain_spark_batches(sinks: dict[str, Path]) -> None:
     out = sinks["mixed"]
     meta = out / "_spark_metadata"

@@ -22,7 +22,8 @@ import io.batchlog.log.{
   LogFormat,
   LogLayout,
   ObjectStoreCopy,
-  SinkLogEntry
+  SinkLogEntry,
+  SinkRecord
 }
 
 /**
@@ -142,13 +143,19 @@ class SinkReader(spark: SparkSession, outputPath: String) {
     }
     val logFiles = log.listLogFiles()
     val latest = latestBatch()
+    // The writing query's interval, from the sink's record: a log read here before its second
+    // compact file shows this session's interval, not the writer's.
+    val interval =
+      (try SinkRecord.readWithPath(log.checkpointFileManager, metadataPath)
+      catch { case _: BatchLogException => None })
+        .map(_._1.compactInterval).filter(_ > 0).getOrElse(log.interval)
     SinkSummary(
       outputPath,
       metadataPath.toString,
       latest,
-      log.interval,
+      interval,
       logFiles.map(_.getPath.getName).filter(LogLayout.isCompactName).lastOption,
-      CompactibleFileStreamLog.nextCompactionBatchId(latest, log.interval),
+      CompactibleFileStreamLog.nextCompactionBatchId(latest, interval),
       logFiles.length,
       logFiles.map(_.getLen).sum,
       untagged._1,
@@ -161,7 +168,7 @@ class SinkReader(spark: SparkSession, outputPath: String) {
       } else
         ObjectStoreCopy.describe(
           log.checkpointFileManager,
-          log.logFilePath(CompactibleFileStreamLog.nextCompactionBatchId(latest, log.interval))
+          log.logFilePath(CompactibleFileStreamLog.nextCompactionBatchId(latest, interval))
         )
     )
   }
