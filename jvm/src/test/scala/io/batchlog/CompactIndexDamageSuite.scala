@@ -18,17 +18,17 @@ class CompactIndexDamageSuite extends CompactIndexTestBase {
     "random bytes" -> { (_, root) =>
       val r = new scala.util.Random(42)
       overwrite(root, "8.compact.index", Array.fill(300)(r.nextInt(256).toByte))
-      "its first line is not 'batchlog-index v2'"
+      "its first line is not 'batchlog-index v3 <length>' or 'batchlog-index v2'"
     },
     "truncated mid-line" -> { (_, root) =>
       val bytes = Files.readAllBytes(indexFile(root, 8).toPath)
       overwrite(root, "8.compact.index", bytes.take(lineEnds(bytes)(4) + 4))
-      "it does not end with a checksum line: it is truncated"
+      "it is truncated"
     },
     "truncated at a line boundary" -> { (_, root) =>
       val bytes = Files.readAllBytes(indexFile(root, 8).toPath)
       overwrite(root, "8.compact.index", bytes.take(lineEnds(bytes)(6) + 1))
-      "it does not end with a checksum line: it is truncated"
+      "it is truncated"
     },
     "empty" -> { (_, root) =>
       overwrite(root, "8.compact.index", Array.emptyByteArray)
@@ -119,7 +119,7 @@ class CompactIndexDamageSuite extends CompactIndexTestBase {
     }
   }
 
-  test("a legacy v1 index is ignored (rebuilt in memory), not a problem; compaction writes v2") {
+  test("a legacy v1 index is ignored (rebuilt in memory), not a problem; compaction writes v3") {
     withIndexedLog() { (root, log, good) =>
       val v1 = (Seq(
         "batchlog-index v1",
@@ -132,7 +132,7 @@ class CompactIndexDamageSuite extends CompactIndexTestBase {
       assert(log.indexOf(8) == good)
       assertReadsAndCompactionExact(root)
       assert(new String(Files.readAllBytes(indexFile(root, 11).toPath), UTF_8)
-        .startsWith(CompactIndex.Header + "\n"))
+        .startsWith(CompactIndex.Header + " "))
     }
   }
 }

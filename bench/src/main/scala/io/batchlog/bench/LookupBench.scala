@@ -12,18 +12,19 @@ import io.batchlog.log.{BatchTaggedFileStreamSinkLog, SinkLogEntry}
 /**
  * Lookups against the number of batches (issue 24, benchmark 2): sink logs of `--batches` batches
  * (`--per-batch` entries each, compactInterval `--interval`, no entry ever dropped, so the latest
- * compact file's index has one run per batch), written through the log class as a query's
- * committer writes them (expired log files deleted at once: the sink as it is 10 minutes after a
- * compaction), and in this JVM (run it with -Xmx256m). The interval is 100, not Spark's 10: at 10,
- * writing 100,000 batches would copy ~450 GB through compactions; the index (one run per batch) is
- * the same at any interval.
+ * compact file's index has one run per batch), written through the log class as a query's committer
+ * writes them (expired log files deleted at once: the sink as it is 10 minutes after a compaction),
+ * and in this JVM (run it with -Xmx256m). The interval is 100, not Spark's 10: at 10, writing
+ * 100,000 batches would copy ~450 GB through compactions; the index (one run per batch) is the same
+ * at any interval.
  *
- *   - `files(b)` and `batch_of(path)`, for the first, middle and last batch, cold (a new `BatchLog`,
- *     first call) and warm (the same `BatchLog`, called again); the slowest batch's figure;
+ *   - `files(b)` and `batch_of(path)`, for the first, middle and last batch, cold (a new
+ *     `BatchLog`, first call) and warm (the same `BatchLog`, called again); the slowest batch's
+ *     figure;
  *   - a downstream trigger: a `batchlog` streaming source (`startingBatch` latest, `noop` sink)
  *     over the sink while `--triggers` new batches are committed one by one (one of them a
- *     compaction, in the middle): planning per micro-batch (`latestOffset` + `getBatch` + `queryPlanning`, from
- *     its progress), the median and the worst of them;
+ *     compaction, in the middle): planning per micro-batch (`latestOffset` + `getBatch` +
+ *     `queryPlanning`, from its progress), the median and the worst of them;
  *   - a rewind dry run (the plan) to 10 batches back, with a checkpoint written as a query's (its
  *     last 100 offsets and commits).
  *
@@ -42,7 +43,8 @@ object LookupBench {
     val interval = opts.int("--interval", 100)
     val repeat = opts.int("--repeat", 3)
     val triggers = opts.int("--triggers", 10)
-    val root = Paths.get(opts.get("--dir").getOrElse(Files.createTempDirectory("bl-lookup").toString))
+    val root =
+      Paths.get(opts.get("--dir").getOrElse(Files.createTempDirectory("bl-lookup").toString))
     val spark = SparkSession.builder().master("local[1]").appName("batchlog-lookup-bench")
       .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "1")
       .config("spark.testing.memory", (512L << 20).toString) // accept a heap below 450 MiB
@@ -187,7 +189,9 @@ object LookupBench {
             val b = add()
             q.processAllAvailable()
             val p = q.recentProgress.filter(_.numInputRows >= 0).filter { p =>
-              p.durationMs.containsKey("getBatch") && p.sources.head.endOffset.contains(s""""batchId":$b""")
+              p.durationMs.containsKey("getBatch") && p.sources.head.endOffset.contains(
+                s""""batchId":$b"""
+              )
             }.last
             Seq("latestOffset", "getBatch", "queryPlanning").map { k =>
               Option(p.durationMs.get(k)).map(_.longValue.toDouble).getOrElse(0.0)
