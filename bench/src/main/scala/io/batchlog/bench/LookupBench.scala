@@ -59,7 +59,8 @@ object LookupBench {
     println(s"lookups in a $heapMiB MiB driver; compactInterval $interval, $perBatch entries a " +
       s"batch; best of $repeat")
     val figures = sizes.flatMap { n =>
-      new SizeRun(spark, root.resolve(s"b$n"), n, perBatch, interval, repeat, triggers).run()
+      new SizeRun(spark, root.resolve(s"b$n"), n, perBatch, interval, repeat, triggers)
+        .run(warmUp = n == sizes.head)
     }
     spark.stop()
     opts.get("--json").foreach(f => Figures.write(Paths.get(f), "lookup", heapMiB, figures))
@@ -113,7 +114,8 @@ object LookupBench {
       log
     }
 
-    def run(): Seq[Figure] = {
+    /** `warmUp`: the lookups once before they are measured (the JVM's first, JIT-cold calls). */
+    def run(warmUp: Boolean): Seq[Figure] = {
       println(f"\n=== $batches%,d batches x $perBatch entries ===")
       val log = build()
       // first: its new batches make the latest compact file one written by this build of the log
@@ -122,6 +124,7 @@ object LookupBench {
       val wanted = Seq(0L, latest / 2, latest)
       val fileOf = wanted.map(b => b -> BatchLog.forPath(spark, sink.toString).files(b).last).toMap
       def lookups(what: String, call: (BatchLog, Long) => Unit): Unit = {
+        if (warmUp) wanted.foreach(b => call(BatchLog.forPath(spark, sink.toString), b))
         def slowest(warm: Boolean) = wanted.map { b =>
           (1 to repeat).map { _ =>
             val api = BatchLog.forPath(spark, sink.toString)
