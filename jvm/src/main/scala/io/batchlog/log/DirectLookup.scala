@@ -22,9 +22,10 @@ import io.batchlog.{BatchLogException, Compat}
  *   - in compact file `c`, the first compaction at or after `b`, once it is written: a compact file
  *     holds every live entry up to its batch, and its index ([[CompactIndex]]) says where `b`'s
  *     lines are. The index (on S3: HEAD, then a `v3` index's head with one ranged GET, which holds
- *     a whole index up to 64 KiB, and the block that holds `b` with another, whatever the number of
- *     batches; a `v2` index whole), proved against the compact file's status (HEAD), then `b`'s run
- *     read with one ranged GET and checked (its CRC32C, its line count, each line's batch);
+ *     a whole index up to 64 KiB: 4 requests in all; in a longer one, the block that holds `b` with
+ *     another: 5, whatever the number of batches; a `v2` index whole), proved against the compact
+ *     file's status (HEAD), then `b`'s run read with one ranged GET and checked (its CRC32C, its
+ *     line count, each line's batch);
  *   - else (neither `c`'s index nor `c` exists) in batch file `b` (HEAD, GET).
  *
  * Anything else is None, and the caller reads the log the long way, which also names what is wrong:
@@ -82,14 +83,14 @@ private[batchlog] object DirectLookup {
       in.seek(0L)
       CompactIndex.prove(Compat.readAllBytes(in), compact.getName, status)
     }
-    val index = IndexBlocks.readHead(in, compact.getName, status).flatMap {
+    val index = IndexBlocks.readHeadAndFirst(in, compact.getName, status).flatMap {
       case None => whole()
       // untagged lines: their batch needs a proof
-      case Some(head) if head.untagged => Left("untagged")
-      case Some(head) =>
+      case Some((head, _)) if head.untagged => Left("untagged")
+      case Some((head, first)) =>
         head.blocks.filter(_.mayHold(batch, batch))
           .foldLeft[Either[String, Vector[IndexRun]]](Right(Vector.empty)) { (acc, b) =>
-            acc.flatMap(rs => IndexBlocks.readBlock(in, b).map(rs ++ _))
+            acc.flatMap(rs => IndexBlocks.readBlock(in, b, first).map(rs ++ _))
           }.map(rs =>
             CompactIndex(compact.getName, status.getLen, status.getModificationTime, rs, 0L, -1L)
           )

@@ -277,19 +277,39 @@ private[batchlog] object IndexBlocks {
       in: PositionedReadable,
       compactName: String,
       status: FileStatus
-  ): Either[String, Option[Head]] = {
+  ): Either[String, Option[Head]] = readHeadAndFirst(in, compactName, status).map(_.map(_._1))
+
+  /**
+   * [[readHead]], with the bytes its first read got (the whole index, if it is short): blocks
+   * inside them are read from them ([[readBlock]]), with no other request.
+   */
+  def readHeadAndFirst(
+      in: PositionedReadable,
+      compactName: String,
+      status: FileStatus
+  ): Either[String, Option[(Head, Array[Byte])]] = {
     val (first, n) = readAt(in, 0L, FirstRead)
-    if (!isV3(java.util.Arrays.copyOf(first, n))) Right(None)
-    else headLength(first, n).flatMap { len =>
-      val bytes = if (len <= n) first else readAt(in, 0L, len)._1
-      proveHead(bytes, len, compactName, status).map(Some(_))
+    val got = java.util.Arrays.copyOf(first, n)
+    if (!isV3(got)) Right(None)
+    else headLength(got, n).flatMap { len =>
+      val bytes = if (len <= n) got else readAt(in, 0L, len)._1
+      proveHead(bytes, len, compactName, status).map(h => Some((h, got)))
     }
   }
 
-  /** Block `b` read from `in` with one ranged read and proved. */
-  def readBlock(in: PositionedReadable, b: Block): Either[String, Vector[IndexRun]] = {
-    val (bytes, n) = readAt(in, b.at, b.length)
-    if (n < b.length) Left(s"its block at byte ${b.at} is truncated")
-    else proveBlock(b, bytes)
-  }
+  /**
+   * Block `b` from `read` (the index's first bytes) if it is there, else one ranged read; proved.
+   */
+  def readBlock(
+      in: PositionedReadable,
+      b: Block,
+      read: Array[Byte] = Array.emptyByteArray
+  ): Either[String, Vector[IndexRun]] =
+    if (b.at + b.length <= read.length) {
+      proveBlock(b, java.util.Arrays.copyOfRange(read, b.at.toInt, b.at.toInt + b.length))
+    } else {
+      val (bytes, n) = readAt(in, b.at, b.length)
+      if (n < b.length) Left(s"its block at byte ${b.at} is truncated")
+      else proveBlock(b, bytes)
+    }
 }
