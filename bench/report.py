@@ -20,6 +20,7 @@ import re
 import sys
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
 Figures = dict[tuple[str, str, int], list[float]]  # (measure, impl, entries) -> repeats
 
@@ -37,6 +38,10 @@ DOWNSTREAM_COLUMNS = (
     ("downstream driver heap growth (live, after catch-up)", "heap after catch-up MiB", "{:,.1f}"),
     ("downstream driver heap growth (live, steady)", "heap growth MiB", "{:,.1f}"),
 )
+
+
+# LookupBench (bench/run lookup): measures by number of batches, prefixed when loaded
+LOOKUP = "lookup "
 
 
 @dataclass(frozen=True)
@@ -61,8 +66,10 @@ def load(results: Path) -> tuple[Figures, dict[str, int]]:
         doc = json.loads(f.read_text())
         if "maxHeapMiB" in doc:
             heaps[doc["kind"]] = doc["maxHeapMiB"]
+        prefix = LOOKUP if doc.get("kind") == "lookup" else ""
         for x in doc["figures"]:
-            figures[(x["measure"], x["impl"], int(x["entries"]))] = [float(v) for v in x["values"]]
+            key = (prefix + x["measure"], x["impl"], int(x["entries"]))
+            figures[key] = [float(v) for v in x["values"]]
     return figures, heaps
 
 
@@ -72,6 +79,27 @@ def spread(xs: list[float]) -> str:
 
 def size(n: int) -> str:
     return f"{n // 1_000_000}M" if n >= 1_000_000 else f"{n // 1000}k"
+
+
+def judge_lookups(fig: Figures, lines: list[Line], ratio: Any, below: Any) -> None:
+    """Issue 24's lookups: at the most batches, files(b) and batch_of under 50 ms and within 1.5x
+    of the figure at the fewest; a downstream trigger's planning within 1.5x; a rewind dry run
+    under 2 s."""
+    ns = sorted({n for (m, _, n) in fig if m.startswith(LOOKUP)})
+    if not ns:
+        return
+    lo, hi = ns[0], ns[-1]
+
+    def get(measure: str, n: int) -> list[float] | None:
+        return fig.get((LOOKUP + measure, "batchlog", n))
+
+    for m in ("files(b) cold", "files(b) warm", "batch_of(path) cold", "batch_of(path) warm"):
+        below(f"{m}, {hi:,} batches, 256 MiB driver", get(m, hi), 50, "ms")
+        ratio(f"{m}, {hi:,} vs {lo:,} batches", get(m, hi), get(m, lo), 1.5)
+    for m in ("trigger planning, median", "trigger planning, worst of 10"):
+        ratio(f"downstream {m}, {hi:,} vs {lo:,} batches", get(m, hi), get(m, lo), 1.5)
+    rewind = get("rewind dry run", hi)
+    below(f"rewind dry run, {hi:,}-batch sink log", rewind and [x / 1000 for x in rewind], 2, "s")
 
 
 def judge(fig: Figures) -> list[Line]:
@@ -110,7 +138,7 @@ def judge(fig: Figures) -> list[Line]:
         )
 
     sizes = sorted(
-        {n for (m, _, n) in fig if n > 0 and not m.startswith(DOWNSTREAM) and not m.startswith(S3C)}
+        {n for (m, _, n) in fig if n > 0 and not m.startswith((DOWNSTREAM, LOOKUP, S3C))}
     )
     for n in sizes:
         s = size(n)
@@ -165,6 +193,7 @@ def judge(fig: Figures) -> list[Line]:
             5,
             "s",
         )
+    judge_lookups(fig, lines, ratio, below)
     replayed = get("replay after rewind: rows exactly once", "batchlog")
     if replayed is not None:
         lines.append(

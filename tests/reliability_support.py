@@ -124,7 +124,7 @@ def check_log(out: Path, compact_interval: int, junk: frozenset[str] = frozenset
             continue  # batchlog's own records (sink record, writer lease, rewind intent)
         if mi := INDEX_NAME.match(f.name):  # batchlog's per-batch index of a compact file
             assert (meta / mi.group(1)).exists(), f"index without its compact file: {f}"
-            assert f.read_text(encoding="utf-8").startswith("batchlog-index v2\n"), f
+            assert f.read_text(encoding="utf-8").startswith("batchlog-index v3 "), f
             continue
         m = LOG_NAME.match(f.name)
         assert m, f"unexpected visible file in the log: {f}"

@@ -102,7 +102,7 @@ def test_a_newer_index_version_is_read_by_a_scan_and_left_alone(
     out = GOLDEN_ROOT / "plain" / "out"
     index = out / "_spark_metadata" / "5.compact.index"
     lines = index.read_text().splitlines()
-    newer = "\n".join(["batchlog-index v3", *lines[1:], "fast 0 1 2"]) + "\n"
+    newer = "\n".join(["batchlog-index v4 x", *lines[1:], "fast 0 1 2"]) + "\n"
     index.write_text(newer)
     try:
         log = batchlog.SinkLog(spark, str(out))

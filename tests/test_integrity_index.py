@@ -32,7 +32,7 @@ from reliability_support import (
 spark = spark_session  # the module's session fixture
 
 ROWS_PER_FILE = 4
-TRUNCATED = "it does not end with a checksum line: it is truncated"
+TRUNCATED = "it is truncated"
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +75,7 @@ def _nth_line_end(data: bytes, n: int) -> int:
 
 def _random_bytes(meta: Path, compact: str, other: str) -> str:
     _overwrite(meta / f"{compact}.index", random.Random(7).randbytes(300))
-    return "its first line is not 'batchlog-index v2'"
+    return "its first line is not 'batchlog-index v3 <length>' or 'batchlog-index v2'"
 
 
 def _truncated_mid_line(meta: Path, compact: str, other: str) -> str:

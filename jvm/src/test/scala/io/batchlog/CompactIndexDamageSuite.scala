@@ -18,17 +18,17 @@ class CompactIndexDamageSuite extends CompactIndexTestBase {
     "random bytes" -> { (_, root) =>
       val r = new scala.util.Random(42)
       overwrite(root, "8.compact.index", Array.fill(300)(r.nextInt(256).toByte))
-      "its first line is not 'batchlog-index v2'"
+      "its first line is not 'batchlog-index v3 <length>' or 'batchlog-index v2'"
     },
     "truncated mid-line" -> { (_, root) =>
       val bytes = Files.readAllBytes(indexFile(root, 8).toPath)
       overwrite(root, "8.compact.index", bytes.take(lineEnds(bytes)(4) + 4))
-      "it does not end with a checksum line: it is truncated"
+      "it is truncated"
     },
     "truncated at a line boundary" -> { (_, root) =>
       val bytes = Files.readAllBytes(indexFile(root, 8).toPath)
       overwrite(root, "8.compact.index", bytes.take(lineEnds(bytes)(6) + 1))
-      "it does not end with a checksum line: it is truncated"
+      "it is truncated"
     },
     "empty" -> { (_, root) =>
       overwrite(root, "8.compact.index", Array.emptyByteArray)
@@ -119,7 +119,7 @@ class CompactIndexDamageSuite extends CompactIndexTestBase {
     }
   }
 
-  test("a legacy v1 index is ignored (rebuilt in memory), not a problem; compaction writes v2") {
+  test("a legacy v1 index is ignored (rebuilt in memory), not a problem; compaction writes v3") {
     withIndexedLog() { (root, log, good) =>
       val v1 = (Seq(
         "batchlog-index v1",
@@ -132,19 +132,20 @@ class CompactIndexDamageSuite extends CompactIndexTestBase {
       assert(log.indexOf(8) == good)
       assertReadsAndCompactionExact(root)
       assert(new String(Files.readAllBytes(indexFile(root, 11).toPath), UTF_8)
-        .startsWith(CompactIndex.Header + "\n"))
+        .startsWith(CompactIndex.Header + " "))
     }
   }
   test("an index of a newer version is not used (read by a scan), not a problem; nor rewritten") {
     withIndexedLog() { (root, log, good) =>
       // what a newer batchlog may write: a header this version does not know, then anything
-      val v3 = (CompactIndex.Header.replace("v2", "v3") + "\n" +
+      val v4 = ("batchlog-index v4 x\n" +
         new String(good.toBytes, UTF_8).linesIterator.drop(1).mkString("\n") + "\nfast 1 2 3\n")
         .getBytes(UTF_8)
-      overwrite(root, "8.compact.index", v3)
-      val reason = CompactIndex.newerReason(3)
+      overwrite(root, "8.compact.index", v4)
+      val reason = CompactIndex.newerReason(4)
       assert(
-        reason == "it is an index of a newer batchlog (batchlog-index v3; this batchlog reads v2)"
+        reason ==
+          "it is an index of a newer batchlog (batchlog-index v4; this batchlog reads v2 and v3)"
       )
       assert(prove(log, 8) == Left(reason))
       assert(CompactIndex.isExpectedReason(reason) && !CompactIndex.isExpectedReason("its x"))
@@ -152,12 +153,15 @@ class CompactIndexDamageSuite extends CompactIndexTestBase {
       assert(log.indexOf(8) == good)
       assertReadsAndCompactionExact(root)
       // the newer index is left as it was; the next compact file gets this version's index
-      assert(Files.readAllBytes(indexFile(root, 8).toPath).sameElements(v3))
+      assert(Files.readAllBytes(indexFile(root, 8).toPath).sameElements(v4))
       assert(new String(Files.readAllBytes(indexFile(root, 11).toPath), UTF_8)
-        .startsWith(CompactIndex.Header + "\n"))
+        .startsWith(CompactIndex.Header + " "))
       // a version this batchlog does know, written wrong, is damage as before
       overwrite(root, "8.compact.index", "batchlog-index v0\n".getBytes(UTF_8))
-      assert(prove(log, 8) == Left("its first line is not 'batchlog-index v2'"))
+      assert(
+        prove(log, 8) ==
+          Left("its first line is not 'batchlog-index v3 <length>' or 'batchlog-index v2'")
+      )
     }
   }
 }

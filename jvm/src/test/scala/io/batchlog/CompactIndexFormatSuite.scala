@@ -126,7 +126,9 @@ class CompactIndexFormatSuite extends AnyFunSuite {
     assert(empty.runs.isEmpty && empty.droppedEntries === 0L && empty.droppedMaxBatch === -1L)
   }
 
-  test("toBytes and prove round-trip: untagged runs, extreme values, runs out of offset order") {
+  test(
+    "v2: toBytesV2 and prove round-trip: untagged runs, extreme values, runs out of offset order"
+  ) {
     val runs = Vector(
       IndexRun(Some(7L), 40L, 60L, 3L, 0xffffffffL),
       IndexRun(None, 2L, 30L, 1L, 0L),
@@ -137,12 +139,12 @@ class CompactIndexFormatSuite extends AnyFunSuite {
       CompactIndex(Name, 100L, -5L, runs, 12L, Long.MaxValue),
       CompactIndex(Name, 2L, 0L, Vector.empty, 3L, 9L)
     ).foreach { index =>
-      val bytes = index.toBytes
+      val bytes = index.toBytesV2
       assert(CompactIndex.prove(bytes, Name, status(index.compactLength, index.compactModTime)) ===
         Right(index))
-      assert(new String(bytes, UTF_8).linesIterator.toSeq.head === CompactIndex.Header)
+      assert(new String(bytes, UTF_8).linesIterator.toSeq.head === CompactIndex.HeaderV2)
     }
-    val text = new String(CompactIndex(Name, 100L, 5L, runs, 0L, -1L).toBytes, UTF_8)
+    val text = new String(CompactIndex(Name, 100L, 5L, runs, 0L, -1L).toBytesV2, UTF_8)
     assert(text.linesIterator.toSeq.slice(1, 5) === Seq(
       s"compact $Name 100 5 dropped 0 -1",
       "7 40 60 3 ffffffff",
@@ -166,11 +168,11 @@ class CompactIndexFormatSuite extends AnyFunSuite {
     assert(new CompactIndex.Builder().result(2L, status(2L)).etag === None)
   }
 
-  test("prove names what is wrong with a checksummed index written wrong") {
+  test("v2: prove names what is wrong with a checksummed index written wrong") {
     val compactLine = s"compact $Name 50 7 dropped 0 -1"
     val st = status(50L, 7L)
     def why(body: String) = CompactIndex.prove(sealedIndex(body), Name, st)
-    val h = CompactIndex.Header
+    val h = CompactIndex.HeaderV2
     assert(why(s"$h\n") === Left("it has no compact line"))
     assert(why(s"$h\ncompact $Name 50\n") === Left("its line 2 is not a compact line"))
     assert(why(s"$h\n$compactLine\n1 2 48 1 0\nnot a run\n") === Left("its line 4 is not a run"))
@@ -189,9 +191,9 @@ class CompactIndexFormatSuite extends AnyFunSuite {
       Left("its line 2 is not a compact line"))
   }
 
-  test("prove: a flipped byte, a missing checksum or another compact file's name") {
+  test("v2: prove: a flipped byte, a missing checksum or another compact file's name") {
     val good = CompactIndex(Name, 50L, 7L, Vector(IndexRun(Some(1L), 2L, 48L, 1L, 0L)), 0L, -1L)
-    val bytes = good.toBytes
+    val bytes = good.toBytesV2
     val flipped = bytes.updated(bytes.indexOf('5'.toByte), '6'.toByte)
     assert(
       CompactIndex.prove(flipped, Name, status(50L, 7L)) === Left("its checksum does not match")

@@ -20,7 +20,36 @@ final case class IndexRun(batchId: Option[Long], offset: Long, length: Long, cou
 /**
  * The per-batch index beside a compact file, `N.compact.index`: where each batch's lines are, so
  * that the files of one batch are read with one seek instead of a scan of the whole log. Compaction
- * writes entries in batch order, so a compact file has about one run per batch.
+ * writes entries in batch order, so a compact file has about one run per batch: a sink that never
+ * drops entries has 100,000 runs at 100,000 batches. So compaction writes `v3`, an index a lookup
+ * searches without reading it whole: a head (one ranged read) that says which offsets and batches
+ * each block of up to [[IndexBlocks.RunsPerBlock]] runs covers, and the blocks (one ranged read
+ * each), every part proved by its own checksum.
+ *
+ * {{{
+ *   batchlog-index v3 <headLength, 10 digits>      (the head's bytes, this line to its checksum line)
+ *   compact <compactFileName> <length> <modificationTime> dropped <entries> <maxBatch>[ etag <e>]
+ *   block <runs> <untaggedRuns> <firstOffset> <endOffset> <minBatch|-> <maxBatch|-> <bytes> <crc32c>
+ *                                                   (one line per block, in offset order; batches
+ *                                                    of its tagged runs, '-' if none; crc32c in hex)
+ *   checksum <crc32c, 8 hex digits, of every byte of the head before this line>
+ *   <batchId|-> <offset> <length> <count> <crc32c>  (the runs, in offset order, as in v2: block 1's
+ *                                                    lines, then block 2's, ...: no separators)
+ * }}}
+ *
+ * Block `i` starts in the index file at `headLength` plus the bytes of the blocks before it. The
+ * head is proved on its own (checksum; the compact file's name, length and modification time; its
+ * blocks, each of at least one run, tile the compact file from the end of its `v1` header to its
+ * end); a block when it is read (its bytes' CRC32C as the head records it; its runs, each of at
+ * least one line, tile the block's `[firstOffset, endOffset)` in order; as many runs and untagged
+ * runs as the head says; each tagged batch inside the block's range). A lookup of batch `b` reads
+ * the head and the blocks whose range holds `b` (or that hold untagged runs), so every run it uses
+ * is proved as a `v2` index's are, and the runs it does not read cannot hide `b`'s lines: the
+ * blocks tile the compact file and a block holds only batches in its range. A full load proves
+ * every block and that the file ends after the last.
+ *
+ * `v2` (written before; still read, proved and verified as it always was, and rewritten as `v3` by
+ * `repair` only when it is damaged):
  *
  * {{{
  *   batchlog-index v2
@@ -76,9 +105,12 @@ final case class CompactIndex(
 
   def entries: Long = runs.map(_.count).sum
 
-  /** The index file's bytes, checksum line included. */
-  def toBytes: Array[Byte] = {
-    val sb = new StringBuilder(CompactIndex.Header).append('\n')
+  /** The index file's bytes as compaction writes them: `v3` ([[IndexBlocks]]). */
+  def toBytes: Array[Byte] = IndexBlocks.toBytes(this)
+
+  /** The `v2` bytes of this index, checksum line included (as batchlog wrote them before `v3`). */
+  def toBytesV2: Array[Byte] = {
+    val sb = new StringBuilder(CompactIndex.HeaderV2).append('\n')
     sb.append(s"compact $compactName $compactLength $compactModTime dropped ")
       .append(s"$droppedEntries $droppedMaxBatch")
     etag.foreach(e => sb.append(" etag ").append(e))
@@ -97,9 +129,12 @@ final case class CompactIndex(
 object CompactIndex {
   val Suffix = ".index"
 
-  /** The version of the index this batchlog writes and reads. */
-  val Version = 2
-  val Header = s"batchlog-index v$Version"
+  /** The version of the index this batchlog writes (`v3`); it reads `v2` too. */
+  val Version = 3
+
+  /** The header of the index compaction writes. */
+  val Header: String = IndexBlocks.Header
+  val HeaderV2 = "batchlog-index v2"
   val LegacyHeader = "batchlog-index v1"
 
   /** The reason an index of an older sink is not used; not a damage (`verify` counts it). */
@@ -113,13 +148,13 @@ object CompactIndex {
    * damage either: `verify` counts it and `repair` leaves it for the version that wrote it.
    */
   def newerReason(version: Long): String =
-    s"$NewerPrefix (batchlog-index v$version; this batchlog reads v$Version)"
+    s"$NewerPrefix (batchlog-index v$version; this batchlog reads v2 and v$Version)"
 
   /** True for the reason of an index that is missing, legacy or newer: expected, not damage. */
   def isExpectedReason(why: String): Boolean =
     why == AbsentReason || why == LegacyReason || why.startsWith(NewerPrefix)
 
-  private val VersionHeader = "batchlog-index v([0-9]{1,18})".r
+  private val VersionHeader = "batchlog-index v([0-9]{1,18})(?: .*)?".r
 
   /** The reason a compact file without an index has none in use; not a damage either. */
   val AbsentReason = "there is no index"
@@ -180,6 +215,22 @@ object CompactIndex {
     try proveUnsafe(bytes, compactName, status)
     catch { case NonFatal(e) => Left(s"it cannot be parsed (${e.getMessage})") }
 
+  /** Why an index naming compact file `name` of `len` bytes at time `mod` is not `status`'s. */
+  private[log] def requireIdentity(
+      name: String,
+      len: Long,
+      mod: Long,
+      compactName: String,
+      status: FileStatus
+  ): Option[String] =
+    if (name != compactName) Some(s"it describes $name, not $compactName")
+    else if (len != status.getLen) {
+      Some(s"the compact file is ${status.getLen} bytes, the index says $len")
+    } else if (mod != status.getModificationTime) {
+      Some(s"the compact file's modification time is ${status.getModificationTime}, " +
+        s"the index says $mod")
+    } else None
+
   private val Hex = "[0-9a-f]{1,8}"
   private val ChecksumLine = s"checksum ($Hex)".r
   private val CompactLine =
@@ -195,11 +246,12 @@ object CompactIndex {
     val firstNl = bytes.indexOf('\n'.toByte)
     val first = new String(bytes, 0, if (firstNl < 0) bytes.length else firstNl, UTF_8)
     if (first == LegacyHeader) return Left(LegacyReason)
+    if (IndexBlocks.isV3(bytes)) return IndexBlocks.prove(bytes, compactName, status)
     first match {
       case VersionHeader(v) if v.toLong > Version => return Left(newerReason(v.toLong))
       case _ =>
     }
-    if (first != Header) return Left(s"its first line is not '$Header'")
+    if (first != HeaderV2) return Left(s"its first line is not '$Header <length>' or '$HeaderV2'")
     // The last line, `checksum <hex>\n`, covers every byte before it.
     if (bytes.last != '\n') return Left("it does not end with a checksum line: it is truncated")
     val lastStart = bytes.lastIndexOf('\n'.toByte, bytes.length - 2) + 1
@@ -216,14 +268,7 @@ object CompactIndex {
       case CompactLine(n, l, m, d, x, e) => (n, l.toLong, m.toLong, d.toLong, x.toLong, Option(e))
       case _ => return Left("its line 2 is not a compact line")
     }
-    if (name != compactName) return Left(s"it describes $name, not $compactName")
-    if (len != status.getLen) {
-      return Left(s"the compact file is ${status.getLen} bytes, the index says $len")
-    }
-    if (mod != status.getModificationTime) {
-      return Left(s"the compact file's modification time is ${status.getModificationTime}, " +
-        s"the index says $mod")
-    }
+    requireIdentity(name, len, mod, compactName, status).foreach(why => return Left(why))
     val runs = lines.iterator.drop(2).zipWithIndex.map {
       case (RunLine(b, off, length, n, crc), _) =>
         IndexRun(

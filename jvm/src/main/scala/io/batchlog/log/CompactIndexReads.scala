@@ -71,6 +71,94 @@ trait CompactIndexReads extends Logging { self: BatchTaggedFileStreamSinkLog =>
   }
 
   /**
+   * The proved heads of `v3` indexes on disk this instance read, by compact id, with the blocks it
+   * read of each: a lookup of a few batches reads the head and their blocks, not the whole index.
+   * Bounded as [[indexes]].
+   */
+  private val heads = new java.util.concurrent.ConcurrentHashMap[Long, HeldHead]()
+
+  final private class HeldHead(val head: IndexBlocks.Head) {
+    val blocks = new java.util.concurrent.ConcurrentHashMap[Long, Vector[IndexRun]]()
+  }
+
+  /** The proved head of the `v3` index of compact file `compactId` of `status`, if it has one. */
+  private def headOf(compactId: Long, status: FileStatus): Option[HeldHead] =
+    Option(heads.get(compactId)).filter(_.head.matches(status)).orElse {
+      val file = CompactIndex.pathOf(batchIdToPath(compactId))
+      val read =
+        try {
+          val in = LocalPublish.open(checkpointFileManager, file)
+            .getOrElse(checkpointFileManager.open(file))
+          try IndexBlocks.readHead(in, status.getPath.getName, status).toOption.flatten
+          finally in.close()
+        } catch { case _: java.io.IOException => None }
+      read.map { h =>
+        val held = new HeldHead(h)
+        heads.put(compactId, held)
+        Newest.keep(heads, CachedCompacts)
+        held
+      }
+    }
+
+  /**
+   * The runs of compact file `compactId` that may hold batches `from` to `to` (and every untagged
+   * run), as an index of only those runs: from the whole index if this instance holds it, else from
+   * the blocks of its `v3` index that hold them (each read once and proved), else the whole index
+   * ([[indexOf]]). A block that does not prove sends it to [[indexOf]], which says why.
+   */
+  def indexWithin(compactId: Long, from: Long, to: Long): CompactIndex =
+    indexOfBlocks(compactId)(_.blocks.filter(_.mayHold(from, to)))
+
+  private def indexOfBlocks(compactId: Long)(
+      pick: IndexBlocks.Head => Seq[IndexBlocks.Block]
+  ): CompactIndex = {
+    val file = batchIdToPath(compactId)
+    val status = statusOf(file) match {
+      case Some(st) => st
+      case None => return indexOf(compactId) // fails, naming the missing file
+    }
+    Option(indexes.get(compactId)).filter(_.matches(status)).getOrElse {
+      headOf(compactId, status).flatMap { held =>
+        val h = held.head
+        val runs = pick(h).iterator.map { b =>
+          Option(held.blocks.get(b.at)).map(Right(_)).getOrElse {
+            val in = LocalPublish.open(checkpointFileManager, CompactIndex.pathOf(file))
+              .getOrElse(checkpointFileManager.open(CompactIndex.pathOf(file)))
+            val read =
+              try IndexBlocks.readBlock(in, b)
+              finally in.close()
+            read.foreach(rs => held.blocks.put(b.at, rs))
+            read
+          }
+        }.foldLeft[Either[String, Vector[IndexRun]]](Right(Vector.empty))((acc, r) =>
+          acc.flatMap(a => r.map(a ++ _))
+        )
+        runs.left.foreach(_ => heads.remove(compactId)) // indexOf says why, and rebuilds
+        runs.toOption.map(rs =>
+          CompactIndex(
+            h.compactName,
+            h.compactLength,
+            h.compactModTime,
+            rs,
+            h.droppedEntries,
+            h.droppedMaxBatch
+          )
+        )
+      }.getOrElse(indexOf(compactId))
+    }
+  }
+
+  /** The newest batch retention dropped, as compact file `compactId`'s index records it. */
+  def droppedMaxBatchOf(compactId: Long): Long = indexOfBlocks(compactId)(_ => Nil).droppedMaxBatch
+
+  /**
+   * False if compact file `compactId` has no untagged run (read from its index's head if it can).
+   */
+  def mayHaveUntagged(compactId: Long): Boolean =
+    indexOfBlocks(compactId)(h => h.blocks.filter(_.untagged > 0).take(1)).runs
+      .exists(_.batchId.isEmpty)
+
+  /**
    * Builds the index of compact file `compactId` (of `status`) by reading it once, every run's
    * CRC32C computed from the raw bytes: proved by construction.
    */
@@ -187,9 +275,19 @@ trait CompactIndexReads extends Logging { self: BatchTaggedFileStreamSinkLog =>
    * those entries: per-batch files are skipped by name and compact files are read through their
    * [[CompactIndex]], one seek per run.
    */
-  def foreachLiveEntryWhere(wanted: Option[Long] => Boolean)(fn: SinkLogEntry => Unit): Unit = {
+  def foreachLiveEntryWhere(wanted: Option[Long] => Boolean)(fn: SinkLogEntry => Unit): Unit =
+    foreachLiveEntryWithin(0L, Long.MaxValue)(wanted)(fn)
+
+  /**
+   * [[foreachLiveEntryWhere]] for a `wanted` that holds no tagged batch outside `from` to `to`: of
+   * a compact file only the runs that may hold them are looked at ([[indexWithin]]), so a lookup of
+   * a few batches reads a few blocks of a `v3` index, however many batches the sink has.
+   */
+  def foreachLiveEntryWithin(from: Long, to: Long)(wanted: Option[Long] => Boolean)(
+      fn: SinkLogEntry => Unit
+  ): Unit = {
     val now = System.currentTimeMillis()
-    foreachLiveLineWhere(wanted) { (line, batch, file, lineNo) =>
+    foreachLiveLineWhere(wanted, from, to) { (line, batch, file, lineNo) =>
       val e = decodeLine(line, file, lineNo)
       if (shouldRetain(e, now)) fn(if (e.batchId == batch) e else e.copy(batchId = batch))
     }
@@ -202,8 +300,14 @@ trait CompactIndexReads extends Logging { self: BatchTaggedFileStreamSinkLog =>
    * (which needs each entry's time), is decoded.
    */
   def foreachLivePathWhere(wanted: Option[Long] => Boolean)(fn: String => Unit): Unit =
-    if (ageRetentionActive) foreachLiveEntryWhere(wanted)(e => fn(e.path))
-    else foreachLiveLineWhere(wanted) { (line, _, file, lineNo) =>
+    foreachLivePathWithin(0L, Long.MaxValue)(wanted)(fn)
+
+  /** [[foreachLivePathWhere]] for a `wanted` as [[foreachLiveEntryWithin]]'s. */
+  def foreachLivePathWithin(from: Long, to: Long)(wanted: Option[Long] => Boolean)(
+      fn: String => Unit
+  ): Unit =
+    if (ageRetentionActive) foreachLiveEntryWithin(from, to)(wanted)(e => fn(e.path))
+    else foreachLiveLineWhere(wanted, from, to) { (line, _, file, lineNo) =>
       fn(LogFormat.pathOf(line).getOrElse(decodeLine(line, file, lineNo).path))
     }
 
@@ -217,7 +321,7 @@ trait CompactIndexReads extends Logging { self: BatchTaggedFileStreamSinkLog =>
    * its index was wrong): it is rebuilt, and only the runs not yet passed on are read from the new
    * one.
    */
-  private def foreachLiveLineWhere(wanted: Option[Long] => Boolean)(
+  private def foreachLiveLineWhere(wanted: Option[Long] => Boolean, from: Long, to: Long)(
       fn: (String, Option[Long], String, Long) => Unit
   ): Unit =
     liveLogBatchIds().foreach { id =>
@@ -237,12 +341,12 @@ trait CompactIndexReads extends Logging { self: BatchTaggedFileStreamSinkLog =>
                   lines.foreach(fn(_, run.batchId, file, -1L)); done += ((run.batchId, run.offset));
                   true
                 case Left(bytesDiffer) =>
-                  if (bytesDiffer) requireReplaced(id, index, run)
+                  if (bytesDiffer) requireReplaced(id, indexOf(id), run) // naming every run
                   false
               }
           }
         try {
-          if (!readAll(indexOf(id)) && !readAll(indexOf(id, rebuild = true))) {
+          if (!readAll(indexWithin(id, from, to)) && !readAll(indexOf(id, rebuild = true))) {
             throw BatchLogException.corruptLine(file, -1, "it changed while it was read")
           }
         } finally in.close()
@@ -259,12 +363,12 @@ trait CompactIndexReads extends Logging { self: BatchTaggedFileStreamSinkLog =>
             case Right(lines) =>
               Some(lines.map(l => decodeLine(l, in.file.toString, -1).copy(batchId = r.batchId)))
             case Left(bytesDiffer) =>
-              if (bytesDiffer) requireReplaced(id, index, r)
+              if (bytesDiffer) requireReplaced(id, indexOf(id), r)
               None
           }
         }
         try {
-          (first(indexOf(id)) match {
+          (first(indexOfBlocks(id)(_.blocks.take(1))) match {
             case Some(None) => first(indexOf(id, rebuild = true)).flatten
             case other => other.flatten
           }).flatMap(_.headOption)

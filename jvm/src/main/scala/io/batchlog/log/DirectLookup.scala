@@ -5,7 +5,7 @@ import java.nio.charset.StandardCharsets.UTF_8
 
 import scala.collection.mutable
 
-import org.apache.hadoop.fs.{FileSystem, Path}
+import org.apache.hadoop.fs.{FileSystem, FSDataInputStream, Path}
 import org.apache.hadoop.util.functional.FutureIO
 
 import io.batchlog.shim.CompactibleFileStreamLog._
@@ -21,9 +21,11 @@ import io.batchlog.{BatchLogException, Compat}
  * writer's unless they differ):
  *   - in compact file `c`, the first compaction at or after `b`, once it is written: a compact file
  *     holds every live entry up to its batch, and its index ([[CompactIndex]]) says where `b`'s
- *     lines are. The index (on S3: HEAD, GET), proved against the compact file's status (HEAD),
- *     then `b`'s run read with one ranged GET and checked (its CRC32C, its line count, each line's
- *     batch);
+ *     lines are. The index (on S3: HEAD, then a `v3` index's head with one ranged GET, which holds
+ *     a whole index up to 64 KiB: 4 requests in all; in a longer one, the block that holds `b` with
+ *     another: 5, whatever the number of batches; a `v2` index whole), proved against the compact
+ *     file's status (HEAD), then `b`'s run read with one ranged GET and checked (its CRC32C, its
+ *     line count, each line's batch);
  *   - else (neither `c`'s index nor `c` exists) in batch file `b` (HEAD, GET).
  *
  * Anything else is None, and the caller reads the log the long way, which also names what is wrong:
@@ -45,50 +47,71 @@ private[batchlog] object DirectLookup {
     val c =
       if (isCompactionBatch(batch, interval)) batch else nextCompactionBatchId(batch, interval)
     val compact = new Path(metadataPath, LogLayout.fileName(c, isCompact = true))
-    readIndex(fs, CompactIndex.pathOf(compact)) match {
-      case Some(bytes) => fromCompact(fs, compact, bytes, batch)
+    openIndex(fs, CompactIndex.pathOf(compact)) match {
+      case Some(in) =>
+        try fromCompact(fs, compact, in, batch)
+        finally in.close()
       case None if c == batch || exists(fs, compact) => None
       case None => fromBatchFile(fs, new Path(metadataPath, batch.toString), batch)
     }
   }
 
-  private def readIndex(fs: FileSystem, file: Path): Option[Array[Byte]] =
-    try {
-      val in = fs.open(file)
-      try Some(Compat.readAllBytes(in))
-      finally in.close()
-    } catch { case _: FileNotFoundException => None }
+  private def openIndex(fs: FileSystem, file: Path): Option[FSDataInputStream] =
+    try Some(fs.open(file))
+    catch { case _: FileNotFoundException => None }
 
   /** One probe (opening reads nothing yet): on S3 a HEAD, where a status probe adds a LIST. */
   private def exists(fs: FileSystem, file: Path): Boolean =
     try { fs.open(file).close(); true }
     catch { case _: FileNotFoundException => false }
 
+  /**
+   * `batch`'s paths from compact file `compact` through its index `in`: a `v3` index by its head
+   * and the block(s) whose batch range holds `batch` (ranged reads, each part proved), a `v2` one
+   * read whole and proved.
+   */
   private def fromCompact(
       fs: FileSystem,
       compact: Path,
-      indexBytes: Array[Byte],
+      in: FSDataInputStream,
       batch: Long
   ): Option[Seq[String]] = {
     val status =
       try fs.getFileStatus(compact)
       catch { case _: FileNotFoundException => return None }
-    CompactIndex.prove(indexBytes, compact.getName, status).toOption.flatMap { index =>
+    def whole(): Either[String, CompactIndex] = {
+      in.seek(0L)
+      CompactIndex.prove(Compat.readAllBytes(in), compact.getName, status)
+    }
+    val index = IndexBlocks.readHeadAndFirst(in, compact.getName, status).flatMap {
+      case None => whole()
+      // untagged lines: their batch needs a proof
+      case Some((head, _)) if head.untagged => Left("untagged")
+      case Some((head, first)) =>
+        head.blocks.filter(_.mayHold(batch, batch))
+          .foldLeft[Either[String, Vector[IndexRun]]](Right(Vector.empty)) { (acc, b) =>
+            acc.flatMap(rs => IndexBlocks.readBlock(in, b, first).map(rs ++ _))
+          }.map(rs =>
+            CompactIndex(compact.getName, status.getLen, status.getModificationTime, rs, 0L, -1L)
+          )
+    }
+    index.toOption.flatMap { index =>
       if (index.runs.exists(_.batchId.isEmpty)) None // untagged lines: their batch needs a proof
       else {
         val runs = index.runs.filter(_.batchId.contains(batch))
         if (runs.isEmpty) Some(Nil)
         else {
-          val in = FutureIO.awaitFuture(fs.openFile(compact).withFileStatus(status).build())
+          val data = FutureIO.awaitFuture(fs.openFile(compact).withFileStatus(status).build())
           val out = mutable.ArrayBuffer.empty[String]
           val read =
-            try runs.iterator.map { r => in.seek(r.offset); readRun(in, r, out) }
+            try runs.iterator.map { r => data.seek(r.offset); readRun(data, r, out) }
                 .find(_ != RunMatches).getOrElse(RunMatches)
             catch { case _: java.io.EOFException => BytesDiffer }
-            finally in.close()
+            finally data.close()
           read match {
             case RunMatches => Some(out.toSeq)
-            case BytesDiffer => requireReplaced(fs, compact, index); None
+            // every damaged run is named: the whole index's
+            case BytesDiffer => requireReplaced(fs, compact, whole().getOrElse(index)); None
             case LinesDiffer => None
           }
         }

@@ -29,7 +29,8 @@ object Horizon {
    * known: a rewind to it or later finds every file of the batches it redoes.
    */
   def ofSink(log: BatchTaggedFileStreamSinkLog): Long =
-    log.liveLogBatchIds().headOption.filter(log.isCompactFile).map(c => c -> log.indexOf(c).runs)
+    log.liveLogBatchIds().headOption.filter(log.isCompactFile).filter(log.mayHaveUntagged)
+      .map(c => c -> log.indexOf(c).runs)
       .collect {
         case (c, runs) if runs.exists(_.batchId.isEmpty) =>
           val known = runs.flatMap(_.batchId).toSet ++ log.lineageProof(c).provenBatches

@@ -101,7 +101,7 @@ object Rewind {
     val sinkFs = sink.getFileSystem(hadoopConf)
     val boundary = new SinkBoundary(sinkFs, sink)
     val foreign = mutable.ArrayBuffer.empty[ForeignEntry]
-    log.foreachLiveEntryWhere(_.exists(_ >= toBatch)) { e =>
+    log.foreachLiveEntryWithin(toBatch, Long.MaxValue)(_.exists(_ >= toBatch)) { e =>
       val p = SparkPath.fromUrlString(e.path).toPath
       foreign ++= boundary.foreignEntry(e)
       dataFiles += DataFileToDelete(p, e.size, e.batchId.get, logged = true)

@@ -60,7 +60,7 @@ class SinkReader(spark: SparkSession, outputPath: String) {
     if (batchId < 0) throw BatchLogException.invalidArgument("batch", batchId, "must be >= 0")
     direct(batchId).getOrElse {
       val out = mutable.ArrayBuffer.empty[String]
-      log.foreachLivePathWhere(_.contains(batchId))(out += _)
+      log.foreachLivePathWithin(batchId, batchId)(_.contains(batchId))(out += _)
       out.toSeq
     }.toArray
   }
@@ -93,7 +93,9 @@ class SinkReader(spark: SparkSession, outputPath: String) {
     def same(p: String) = p.endsWith(rawName) && SparkPath.fromUrlString(p).toPath == wanted
     hint.foreach { b =>
       if (direct(b).exists(_.exists(same))) found = Some(Some(b))
-      else log.foreachLivePathWhere(_.contains(b)) { p => if (same(p)) found = Some(Some(b)) }
+      else log.foreachLivePathWithin(b, b)(_.contains(b)) { p =>
+        if (same(p)) found = Some(Some(b))
+      }
     }
     if (found.isEmpty) log.foreachLiveEntry { e =>
       if (found.isEmpty && entryPath(e) == wanted) found = Some(e.batchId)

@@ -36,7 +36,8 @@ object SinkRelations {
     def entries(range: BatchRange, what: String, strict: Boolean = true): Seq[SinkLogEntry] = {
       val out = mutable.ArrayBuffer.empty[SinkLogEntry]
       var untagged = 0L
-      log.foreachLiveEntryWhere(_.forall(range.contains)) { e =>
+      val (from, to) = (range.from.getOrElse(0L), range.to.getOrElse(Long.MaxValue))
+      log.foreachLiveEntryWithin(from, to)(_.forall(range.contains)) { e =>
         if (e.batchId.isEmpty) untagged += 1
         if (e.batchId.isDefined || range.isAll) out += e
       }
@@ -58,7 +59,7 @@ object SinkRelations {
      */
     def retainedFrom(): Long =
       log.liveLogBatchIds().headOption.filter(log.isCompactFile)
-        .map(c => log.indexOf(c).droppedMaxBatch + 1).getOrElse(0L)
+        .map(c => log.droppedMaxBatchOf(c) + 1).getOrElse(0L)
 
     /** Some live file of the sink (to read a schema and format from), if it has any. */
     def sampleEntry(): Option[SinkLogEntry] = log.firstLiveEntry()
