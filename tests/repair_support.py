@@ -76,6 +76,12 @@ def meta_names(out: Path) -> set[str]:
     return {p.name for p in (out / "_spark_metadata").iterdir() if not p.name.startswith(".")}
 
 
+def with_indexes(names: set[str]) -> set[str]:
+    """``names`` of a log plus the index beside each compact file (``N.compact.index``), as a
+    compaction and a repair write them."""
+    return names | {f"{n}.index" for n in names if n.endswith(".compact")}
+
+
 def record(out: Path) -> dict:
     """The sink record, where batchlog keeps it: ``<out>/_batchlog/`` (not in the log)."""
     return json.loads((out / "_batchlog" / "_batchlog-sink.json").read_text())

@@ -36,6 +36,7 @@ from repair_support import (
     run_query,
     sink_of_8,
     tagged_on_disk,
+    with_indexes,
 )
 
 spark = spark_session  # the module's session fixture
@@ -113,7 +114,7 @@ def test_repair_takes_the_interval_from_the_sink_record(
     assert r["compactIntervalSource"].endswith(f"{out.name}/_batchlog")
     assert [f["name"] for f in r["logFiles"]] == ["2.compact", "5.compact", "6", "7"]
     assert r["movedAside"] and "_spark_metadata.broken-" in r["movedAside"]
-    assert meta_names(out) == {"2.compact", "5.compact", "6", "7"}
+    assert meta_names(out) == with_indexes({"2.compact", "5.compact", "6", "7"})
     assert record(out) == {**rec, "epoch": rec["epoch"] + 1}
     state = check_log(out, 3, junk=RECORDS)
     assert sorted({e["batchId"] for e in state["live"]}) == list(range(8))
@@ -138,7 +139,7 @@ def test_repair_takes_the_interval_from_the_sink_record(
     assert r["compactIntervalSource"] == f"the sink record in file:{out}/_batchlog"
     assert r.get("movedAside") is None
     assert [f["name"] for f in r["logFiles"]] == ["8.compact", "11.compact"]
-    assert meta_names(out) == {"8.compact", "11.compact"}
+    assert meta_names(out) == with_indexes({"8.compact", "11.compact"})
     assert_plain_reads_all(out, inp)
     assert_batches(spark, out, inp, range(12))
 
@@ -153,7 +154,7 @@ def test_repair_takes_the_interval_from_the_sink_record(
     assert re.fullmatch(
         r"the sink record in file:.*/_spark_metadata\.broken-1", r["compactIntervalSource"]
     ), r["compactIntervalSource"]
-    assert meta_names(out) == {"8.compact", "11.compact"}
+    assert meta_names(out) == with_indexes({"8.compact", "11.compact"})
     assert record(out)["compactInterval"] == 3  # written to _batchlog/ again
 
 
@@ -180,7 +181,7 @@ def test_repair_without_a_record_lays_out_for_any_interval_unless_told(
     assert (r["compactInterval"], r["compactIntervalAssumed"]) == (3, False)
     assert r["compactIntervalSource"] == "the compact_interval argument"
     assert [f["name"] for f in r["logFiles"]] == ["2.compact", "5.compact", "6", "7"]
-    assert meta_names(out) == {"2.compact", "5.compact", "6", "7"}
+    assert meta_names(out) == with_indexes({"2.compact", "5.compact", "6", "7"})
     rec = record(out)
     assert (rec["compactInterval"], rec["epoch"], rec["owners"]) == (3, 1, [])
 
@@ -207,7 +208,7 @@ def test_a_wrong_repair_is_found_and_undone_from_the_record(
     inp, out, chk = sink_of_8(spark, tmp_path)
     wrong = batchlog.repair(spark, str(out), force=True, compact_interval=10, quiet=True)
     assert wrong["written"] is True
-    assert meta_names(out) == {str(b) for b in range(8)}
+    assert meta_names(out) == with_indexes({str(b) for b in range(8)})
     assert record(out)["compactInterval"] == 10
 
     # Batch 8 compacts for interval 3 and needs 5.compact, which the wrong layout lacks.

@@ -26,6 +26,7 @@ from repair_support import (
     meta_names,
     record,
     run_query,
+    with_indexes,
 )
 
 spark = spark_session  # the module's session fixture
@@ -94,7 +95,7 @@ def test_log_deleted_the_record_gives_the_interval(
     after = compacts[-1] + 1 if compacts else 0
     expected = [f"{c}.compact" for c in compacts] + [str(b) for b in range(after, LATEST + 1)]
     assert [f["name"] for f in r["logFiles"]] == expected
-    assert meta_names(out) == set(expected)
+    assert meta_names(out) == with_indexes(set(expected))
     assert record(out) == {**rec, "epoch": rec["epoch"] + 1}
     with sql_conf(spark, **{INTERVAL_KEY: str(interval)}):
         assert batchlog.SinkLog(spark, str(out)).batches() == list(range(LATEST + 1))
@@ -115,7 +116,7 @@ def test_log_and_record_lost_repair_lays_out_a_log_every_interval_reads(
     assert "nothing records the query's interval" in cli.stdout, cli.stdout
     assert f"{LATEST}.compact" in cli.stdout, cli.stdout
     assert "done: restart the query with its checkpoint." in cli.stdout, cli.stdout
-    assert meta_names(out) == {f"{LATEST}.compact"}
+    assert meta_names(out) == with_indexes({f"{LATEST}.compact"})
     assert not (out / "_batchlog" / "_batchlog-sink.json").exists()  # no guess recorded
     lines = (out / "_spark_metadata" / f"{LATEST}.compact").read_text().split("\n")
     assert lines[0] == "v1"

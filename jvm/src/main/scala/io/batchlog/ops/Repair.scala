@@ -406,7 +406,13 @@ object Repair {
     if (p.indexesOnly && !force) return rewriteIndexes(spark, p, dryRun)
     if (dryRun || (!p.needed && !force)) return p.report(dryRun)
     val progress = new Progress("repair: log files", quiet)
-    val aside = RepairSwap.run(hadoopConf, p, p.newRecord, progress)
+    // the new log's compact files get their indexes, as a compaction writes them, so that reads
+    // of a repaired log seek instead of scanning (a log instance made once every new file is in)
+    def indexes(compactIds: Seq[Long]): Unit = if (compactIds.nonEmpty) {
+      val log = new BatchTaggedFileStreamSinkLog(spark, p.metadataPath.toString)
+      compactIds.foreach(log.writeIndex)
+    }
+    val aside = RepairSwap.run(hadoopConf, p, p.newRecord, progress, indexes)
     aside.foreach(b => progress.note(s"the old log files were copied to $b"))
     p.report(dryRun, written = true, movedAside = aside)
   }

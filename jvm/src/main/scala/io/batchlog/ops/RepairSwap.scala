@@ -40,7 +40,9 @@ import io.batchlog.log.{
  *      log. Without a known interval the new log is one file, `L.compact`, so this step is one
  *      atomic publish; with one, every state is an old batch prefix of the new log or the new log
  *      itself; 5. the old files the new log does not use are removed (their copies are in the
- *      broken-dir); 6. the intent is removed.
+ *      broken-dir); 6. the new compact files' indexes are written (a crash before leaves them
+ *      rebuilt in memory by readers, and the intent makes the next repair finish the job); 7. the
+ *      intent is removed.
  */
 private[ops] object RepairSwap {
 
@@ -49,7 +51,8 @@ private[ops] object RepairSwap {
       hadoopConf: Configuration,
       p: Repair.Plan,
       record: Option[SinkRecord],
-      progress: Progress
+      progress: Progress,
+      writeIndexes: Seq[Long] => Unit
   ): Option[Path] = {
     val meta = p.metadataPath
     val fm = CheckpointFileManager.create(meta, hadoopConf)
@@ -96,6 +99,7 @@ private[ops] object RepairSwap {
         progress.step(i + 1, files.length)
       }
       after.filterNot(names).foreach(n => fm.delete(new Path(meta, n)))
+      writeIndexes(files.collect { case (id, true, _) => id })
       RepairIntent.delete(fm, meta)
     } catch {
       case e: Throwable =>
