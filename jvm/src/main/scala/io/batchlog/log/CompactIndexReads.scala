@@ -77,6 +77,9 @@ trait CompactIndexReads extends Logging { self: BatchTaggedFileStreamSinkLog =>
    */
   private val heads = new java.util.concurrent.ConcurrentHashMap[Long, HeldHead]()
 
+  /** The compact ids whose `v3` head this instance holds (at most [[CachedCompacts]]). */
+  private[batchlog] def cachedHeadIds: Seq[Long] = Newest.keys(heads)
+
   final private class HeldHead(val head: IndexBlocks.Head) {
     val blocks = new java.util.concurrent.ConcurrentHashMap[Long, Vector[IndexRun]]()
   }

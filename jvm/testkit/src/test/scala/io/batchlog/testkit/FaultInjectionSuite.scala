@@ -92,7 +92,10 @@ class FaultInjectionSuite extends SparkSessionTestBase {
         logs.contains(n.stripSuffix(CompactIndex.Suffix)),
         s"index without its compact file: $names"
       )
-      assert(Files.readAllLines(new File(metaDir(out), n).toPath).get(0) == CompactIndex.Header)
+      assert(
+        Files.readAllLines(new File(metaDir(out), n).toPath).get(0)
+          .startsWith(CompactIndex.Header + " ")
+      )
     }
     logs.foreach { n =>
       assert(n.matches(logFileName), s"unexpected file $n in _spark_metadata: $names")
