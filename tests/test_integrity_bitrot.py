@@ -85,10 +85,12 @@ def _rot(compact: Path, field: str) -> None:
 
 
 def _run_bytes(meta: Path) -> tuple[int, int, int]:
-    """(offset, end, count) of batch ``DAMAGED``'s run, from ``5.compact.index``."""
-    for line in (meta / "5.compact.index").read_text(encoding="utf-8").splitlines()[2:-1]:
-        b, off, length, count, _ = line.split()
-        if b == str(DAMAGED):
+    """(offset, end, count) of batch ``DAMAGED``'s run, from ``5.compact.index`` (``v3``: a run
+    line has five fields, a ``block`` line nine, the ``compact`` and ``checksum`` lines others)."""
+    for line in (meta / "5.compact.index").read_text(encoding="utf-8").splitlines()[2:]:
+        fields = line.split()
+        if len(fields) == 5 and fields[0] == str(DAMAGED):
+            _, off, length, count, _ = fields
             return int(off), int(off) + int(length), int(count)
     raise AssertionError("no run of the damaged batch")
 
