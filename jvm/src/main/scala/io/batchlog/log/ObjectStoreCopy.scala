@@ -79,6 +79,9 @@ private[batchlog] object ObjectStoreCopy extends Logging {
 
   private def bucketOf(file: Path) = s"${file.toUri.getScheme}://${file.toUri.getAuthority}"
 
+  /** The object key of `p` in its bucket. */
+  private def keyOf(fs: FileSystem, p: Path) = fs.makeQualified(p).toUri.getPath.stripPrefix("/")
+
   private def refusedNow(file: Path): Boolean = Option(refused.get(bucketOf(file))).exists { at =>
     (System.nanoTime() - at) / 1000000L < ObjectStorePublish.RecheckIgnoredMs
   }
@@ -180,7 +183,6 @@ private[batchlog] object ObjectStoreCopy extends Logging {
 
   /** A compact file written by a store-side copy. */
   final class Target(s3: S3, fs: FileSystem, val file: Path) {
-    private def keyOf(p: Path) = fs.makeQualified(p).toUri.getPath.stripPrefix("/")
 
     /**
      * Writes `file` with `fn` (given an [[Upload]]) as one multipart upload, completed only if
@@ -188,7 +190,7 @@ private[batchlog] object ObjectStoreCopy extends Logging {
      * the upload. A store's refusal is a [[Failed]].
      */
     def publish(fn: OutputStream => Unit): Unit = {
-      val key = keyOf(file)
+      val key = keyOf(fs, file)
       val id =
         try {
           val req = s3.build("CreateMultipartUploadRequest")("bucket" -> s3.bucket, "key" -> key)
@@ -213,11 +215,6 @@ private[batchlog] object ObjectStoreCopy extends Logging {
       }
       Stats.compactions.incrementAndGet()
     }
-
-    /** The ETag `prev` has now (one status request), if it is in the same bucket. */
-    def currentEtag(prev: Path): Option[String] =
-      try ObjectStoreCopy.etagOf(fs.getFileStatus(prev))
-      catch { case NonFatal(_) => None }
   }
 
   /**
@@ -277,7 +274,7 @@ private[batchlog] object ObjectStoreCopy extends Logging {
     private def read(src: Path, etag: String, start: Long, len: Long): Unit = {
       val req = s3.build("GetObjectRequest")(
         "bucket" -> s3.bucket,
-        "key" -> fs.makeQualified(src).toUri.getPath.stripPrefix("/"),
+        "key" -> keyOf(fs, src),
         "range" -> s"bytes=$start-${start + len - 1}",
         "ifMatch" -> etag
       )
@@ -328,7 +325,7 @@ private[batchlog] object ObjectStoreCopy extends Logging {
         val end = math.min(start + len, at + size)
         val req = s3.build("UploadPartCopyRequest")(
           "sourceBucket" -> s3.bucket,
-          "sourceKey" -> fs.makeQualified(src).toUri.getPath.stripPrefix("/"),
+          "sourceKey" -> keyOf(fs, src),
           "destinationBucket" -> s3.bucket,
           "destinationKey" -> key,
           "uploadId" -> uploadId,

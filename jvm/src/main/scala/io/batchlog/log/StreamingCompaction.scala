@@ -96,13 +96,15 @@ trait StreamingCompaction extends Logging { self: BatchTaggedFileStreamSinkLog =
       return None
     }
     val file = batchIdToPath(batchId)
-    val prev = batchIdToPath(prevId)
-    ObjectStoreCopy.target(checkpointFileManager, file).toOption.filter { t =>
-      statusOf(prev).exists(_.getLen >= ObjectStoreCopy.minCompactBytes) && {
-        val recorded =
-          try indexOf(prevId).etag
-          catch { case scala.util.control.NonFatal(_) => None }
-        recorded.isDefined && t.currentEtag(prev) == recorded
+    ObjectStoreCopy.target(checkpointFileManager, file).toOption.filter { _ =>
+      // one status of the previous compact file: its size, and the ETag it has now
+      statusOf(batchIdToPath(prevId)).exists { prev =>
+        prev.getLen >= ObjectStoreCopy.minCompactBytes && {
+          val recorded =
+            try indexOf(prevId).etag
+            catch { case scala.util.control.NonFatal(_) => None }
+          recorded.isDefined && ObjectStoreCopy.etagOf(prev) == recorded
+        }
       }
     }
   }
