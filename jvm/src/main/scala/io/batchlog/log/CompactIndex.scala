@@ -110,16 +110,9 @@ final case class CompactIndex(
 
   /** The `v2` bytes of this index, checksum line included (as batchlog wrote them before `v3`). */
   def toBytesV2: Array[Byte] = {
-    val sb = new StringBuilder(CompactIndex.HeaderV2).append('\n')
-    sb.append(s"compact $compactName $compactLength $compactModTime dropped ")
-      .append(s"$droppedEntries $droppedMaxBatch")
-    etag.foreach(e => sb.append(" etag ").append(e))
-    sb.append('\n')
-    runs.foreach { r =>
-      sb.append(r.batchId.map(_.toString).getOrElse("-")).append(' ').append(r.offset).append(' ')
-        .append(r.length).append(' ').append(r.count).append(' ')
-        .append(java.lang.Long.toHexString(r.crc)).append('\n')
-    }
+    val sb = new java.lang.StringBuilder(CompactIndex.HeaderV2).append('\n')
+    sb.append(CompactIndex.compactLine(this)).append('\n')
+    runs.foreach(CompactIndex.appendRun(sb, _))
     val body = sb.toString.getBytes(UTF_8)
     val line = s"checksum ${java.lang.Long.toHexString(CompactIndex.crcOf(body, body.length))}\n"
     body ++ line.getBytes(UTF_8)
@@ -231,11 +224,50 @@ object CompactIndex {
         s"the index says $mod")
     } else None
 
-  private val Hex = "[0-9a-f]{1,8}"
-  private val ChecksumLine = s"checksum ($Hex)".r
+  // The lines both versions share (`v3` in [[IndexBlocks]]): written and parsed here only. `Hex`
+  // is a constant (inlined): IndexBlocks builds a pattern with it while this object initializes.
+  final private[log] val Hex = "[0-9a-f]{1,8}"
+  private[log] val ChecksumLine = s"checksum ($Hex)".r
   private val CompactLine =
     "compact (\\S+) (\\d+) (-?\\d+) dropped (\\d+) (-?\\d+)(?: etag (\\S+))?".r
   private val RunLine = s"(-|\\d+) (\\d+) (\\d+) (\\d+) ($Hex)".r
+
+  /** The `compact` line of `index` (no `\n`). */
+  private[log] def compactLine(index: CompactIndex): String = {
+    import index._
+    val line = s"compact $compactName $compactLength $compactModTime dropped " +
+      s"$droppedEntries $droppedMaxBatch"
+    etag.fold(line)(e => s"$line etag $e")
+  }
+
+  /** The index a `compact` line describes, without its runs; None if it is not one. */
+  private[log] def parseCompactLine(line: String): Option[CompactIndex] = line match {
+    case CompactLine(n, l, m, d, x, e) =>
+      Some(CompactIndex(n, l.toLong, m.toLong, Vector.empty, d.toLong, x.toLong, Option(e)))
+    case _ => None
+  }
+
+  /** Appends run `r`'s line, `\n` included. */
+  private[log] def appendRun(sb: java.lang.StringBuilder, r: IndexRun): Unit = {
+    sb.append(r.batchId.map(_.toString).getOrElse("-")).append(' ').append(r.offset).append(' ')
+      .append(r.length).append(' ').append(r.count).append(' ')
+      .append(java.lang.Long.toHexString(r.crc)).append('\n')
+  }
+
+  /** The run a run line describes; None if it is not one. */
+  private[log] def parseRun(line: String): Option[IndexRun] = line match {
+    case RunLine(b, off, length, n, crc) =>
+      Some(
+        IndexRun(
+          if (b == "-") None else Some(b.toLong),
+          off.toLong,
+          length.toLong,
+          n.toLong,
+          java.lang.Long.parseLong(crc, 16)
+        )
+      )
+    case _ => None
+  }
 
   private def proveUnsafe(
       bytes: Array[Byte],
@@ -264,21 +296,12 @@ object CompactIndex {
     // Checksummed: what follows only fails for an index written wrong, or for another file.
     val lines = new String(bytes, 0, lastStart, UTF_8).split('\n')
     if (lines.length < 2) return Left("it has no compact line")
-    val (name, len, mod, dropped, maxDropped, etag) = lines(1) match {
-      case CompactLine(n, l, m, d, x, e) => (n, l.toLong, m.toLong, d.toLong, x.toLong, Option(e))
-      case _ => return Left("its line 2 is not a compact line")
-    }
-    requireIdentity(name, len, mod, compactName, status).foreach(why => return Left(why))
-    val runs = lines.iterator.drop(2).zipWithIndex.map {
-      case (RunLine(b, off, length, n, crc), _) =>
-        IndexRun(
-          if (b == "-") None else Some(b.toLong),
-          off.toLong,
-          length.toLong,
-          n.toLong,
-          java.lang.Long.parseLong(crc, 16)
-        )
-      case (_, i) => return Left(s"its line ${i + 3} is not a run")
+    val head = parseCompactLine(lines(1)).getOrElse(return Left("its line 2 is not a compact line"))
+    val len = head.compactLength
+    requireIdentity(head.compactName, len, head.compactModTime, compactName, status)
+      .foreach(why => return Left(why))
+    val runs = lines.iterator.drop(2).zipWithIndex.map { case (line, i) =>
+      parseRun(line).getOrElse(return Left(s"its line ${i + 3} is not a run"))
     }.toVector
     runs.find(r => r.count <= 0 || r.length <= 0).foreach { r =>
       return Left(s"its run at byte ${r.offset} is empty")
@@ -291,7 +314,7 @@ object CompactIndex {
     }
     if (end < len) return Left(s"its runs leave bytes $end..$len uncovered")
     if (end > len) return Left(s"its runs end at byte $end, past the end of the compact file")
-    Right(CompactIndex(name, len, mod, runs, dropped, maxDropped, etag))
+    Right(head.copy(runs = runs))
   }
 
   /**

@@ -67,24 +67,16 @@ private[batchlog] object IndexBlocks {
 
   private def hex(x: Long) = java.lang.Long.toHexString(x)
 
-  private def runLine(sb: java.lang.StringBuilder, r: IndexRun): Unit = {
-    sb.append(r.batchId.map(_.toString).getOrElse("-")).append(' ').append(r.offset).append(' ')
-      .append(r.length).append(' ').append(r.count).append(' ').append(hex(r.crc)).append('\n')
-  }
-
   /** The `v3` bytes of `index`, its runs in offset order. */
   def toBytes(index: CompactIndex): Array[Byte] = {
     val runs = index.runs.sortBy(_.offset)
     val blockBytes = runs.grouped(RunsPerBlock).map { rs =>
       val sb = new java.lang.StringBuilder(rs.length * 40)
-      rs.foreach(runLine(sb, _))
+      rs.foreach(CompactIndex.appendRun(sb, _))
       (rs, sb.toString.getBytes(UTF_8))
     }.toVector
     val body = new java.lang.StringBuilder()
-    body.append(s"compact ${index.compactName} ${index.compactLength} ${index.compactModTime} ")
-      .append(s"dropped ${index.droppedEntries} ${index.droppedMaxBatch}")
-    index.etag.foreach(e => body.append(" etag ").append(e))
-    body.append('\n')
+    body.append(CompactIndex.compactLine(index)).append('\n')
     blockBytes.foreach { case (rs, bytes) =>
       val tagged = rs.flatMap(_.batchId)
       body.append(s"block ${rs.length} ${rs.count(_.batchId.isEmpty)} ${rs.head.offset} ")
@@ -113,13 +105,9 @@ private[batchlog] object IndexBlocks {
       UTF_8
     ) == Header + " "
 
-  private val Hex = "[0-9a-f]{1,8}"
+  import CompactIndex.{ChecksumLine, Hex}
   private val FirstLine = s"${Header.replace(" ", "\\s")} (\\d{10})".r
-  private val ChecksumLine = s"checksum ($Hex)".r
-  private val CompactLine =
-    "compact (\\S+) (\\d+) (-?\\d+) dropped (\\d+) (-?\\d+)(?: etag (\\S+))?".r
   private val BlockLine = s"block (\\d+) (\\d+) (\\d+) (\\d+) (-|\\d+) (-|\\d+) (\\d+) ($Hex)".r
-  private val RunLine = s"(-|\\d+) (\\d+) (\\d+) (\\d+) ($Hex)".r
 
   /** The head's length from the first bytes of a `v3` index, or Left(why). */
   def headLength(first: Array[Byte], n: Int): Either[String, Int] =
@@ -153,14 +141,11 @@ private[batchlog] object IndexBlocks {
       if (CompactIndex.crcOf(bytes, lastStart) != sum) return Left("its checksum does not match")
       val lines = new String(bytes, 0, lastStart, UTF_8).split('\n')
       if (lines.length < 2) return Left("it has no compact line")
-      val (name, clen, mod, dropped, maxDropped, etag) = lines(1) match {
-        case CompactLine(n, l, m, d, x, e) =>
-          (n, l.toLong, m.toLong, d.toLong, x.toLong, Option(e))
-        case _ => return Left("its line 2 is not a compact line")
-      }
-      CompactIndex.requireIdentity(name, clen, mod, compactName, status).foreach(w =>
-        return Left(w)
-      )
+      val c = CompactIndex.parseCompactLine(lines(1))
+        .getOrElse(return Left("its line 2 is not a compact line"))
+      val clen = c.compactLength
+      CompactIndex.requireIdentity(c.compactName, clen, c.compactModTime, compactName, status)
+        .foreach(w => return Left(w))
       var at = len.toLong
       var end = CompactIndex.FirstOffset
       val blocks = lines.iterator.drop(2).zipWithIndex.map {
@@ -189,7 +174,18 @@ private[batchlog] object IndexBlocks {
       }.toVector
       if (end < clen) return Left(s"its runs leave bytes $end..$clen uncovered")
       if (end > clen) return Left(s"its runs end at byte $end, past the end of the compact file")
-      Right(Head(name, clen, mod, dropped, maxDropped, len, blocks, etag))
+      Right(
+        Head(
+          c.compactName,
+          clen,
+          c.compactModTime,
+          c.droppedEntries,
+          c.droppedMaxBatch,
+          len,
+          blocks,
+          c.etag
+        )
+      )
     } catch { case NonFatal(e) => Left(s"it cannot be parsed (${e.getMessage})") }
 
   /**
@@ -204,24 +200,17 @@ private[batchlog] object IndexBlocks {
         return Left(s"$where does not match its checksum")
       }
       var end = b.firstOffset
-      val runs = new String(bytes, UTF_8).split('\n').iterator.map {
-        case RunLine(id, off, length, n, crc) =>
-          val r = IndexRun(
-            if (id == "-") None else Some(id.toLong),
-            off.toLong,
-            length.toLong,
-            n.toLong,
-            java.lang.Long.parseLong(crc, 16)
-          )
-          if (r.count <= 0 || r.length <= 0) return Left(s"its run at byte ${r.offset} is empty")
-          if (r.offset > end) return Left(s"its runs leave bytes $end..${r.offset} uncovered")
-          if (r.offset < end) return Left(s"its runs overlap at bytes ${r.offset}..$end")
-          if (r.batchId.exists(x => x < b.minBatch || x > b.maxBatch)) {
-            return Left(s"$where holds batch ${r.batchId.get} outside its range")
-          }
-          end = r.offset + r.length
-          r
-        case _ => return Left(s"$where has a line that is not a run")
+      val runs = new String(bytes, UTF_8).split('\n').iterator.map { line =>
+        val r = CompactIndex.parseRun(line)
+          .getOrElse(return Left(s"$where has a line that is not a run"))
+        if (r.count <= 0 || r.length <= 0) return Left(s"its run at byte ${r.offset} is empty")
+        if (r.offset > end) return Left(s"its runs leave bytes $end..${r.offset} uncovered")
+        if (r.offset < end) return Left(s"its runs overlap at bytes ${r.offset}..$end")
+        if (r.batchId.exists(x => x < b.minBatch || x > b.maxBatch)) {
+          return Left(s"$where holds batch ${r.batchId.get} outside its range")
+        }
+        end = r.offset + r.length
+        r
       }.toVector
       if (
         runs.length != b.runs || runs.count(_.batchId.isEmpty) != b.untagged ||
