@@ -173,7 +173,7 @@ object CompactIndex {
   /** The bytes of the index at `file`: None if it is missing, Left(reason) if unreadable. */
   def readBytes(fm: CheckpointFileManager, file: Path): Option[Either[String, Array[Byte]]] =
     try {
-      val in = LocalPublish.open(fm, file).getOrElse(fm.open(file))
+      val in = LogFiles.open(fm, file)
       try Some(Right(Compat.readAllBytes(in)))
       finally in.close()
     } catch {

@@ -90,8 +90,7 @@ trait CompactIndexReads extends Logging { self: BatchTaggedFileStreamSinkLog =>
       val file = CompactIndex.pathOf(batchIdToPath(compactId))
       val read =
         try {
-          val in = LocalPublish.open(checkpointFileManager, file)
-            .getOrElse(checkpointFileManager.open(file))
+          val in = LogFiles.open(checkpointFileManager, file)
           try IndexBlocks.readHead(in, status.getPath.getName, status).toOption.flatten
           finally in.close()
         } catch { case _: java.io.IOException => None }
@@ -123,19 +122,22 @@ trait CompactIndexReads extends Logging { self: BatchTaggedFileStreamSinkLog =>
     Option(indexes.get(compactId)).filter(_.matches(status)).getOrElse {
       headOf(compactId, status).flatMap { held =>
         val h = held.head
-        val runs = pick(h).iterator.map { b =>
-          Option(held.blocks.get(b.at)).map(Right(_)).getOrElse {
-            val in = LocalPublish.open(checkpointFileManager, CompactIndex.pathOf(file))
-              .getOrElse(checkpointFileManager.open(CompactIndex.pathOf(file)))
-            val read =
-              try IndexBlocks.readBlock(in, b)
-              finally in.close()
-            read.foreach(rs => held.blocks.put(b.at, rs))
-            read
-          }
-        }.foldLeft[Either[String, Vector[IndexRun]]](Right(Vector.empty))((acc, r) =>
-          acc.flatMap(a => r.map(a ++ _))
-        )
+        // the index file is opened once, for the first block not held yet, and read until a block
+        // does not prove
+        var in: FSDataInputStream = null
+        val runs =
+          try pick(h).foldLeft[Either[String, Vector[IndexRun]]](Right(Vector.empty)) { (acc, b) =>
+              acc.flatMap { a =>
+                Option(held.blocks.get(b.at)).map(Right(_)).getOrElse {
+                  if (in == null)
+                    in = LogFiles.open(checkpointFileManager, CompactIndex.pathOf(file))
+                  val read = IndexBlocks.readBlock(in, b)
+                  read.foreach(rs => held.blocks.put(b.at, rs))
+                  read
+                }.map(a ++ _)
+              }
+            }
+          finally if (in != null) in.close()
         runs.left.foreach(_ => heads.remove(compactId)) // indexOf says why, and rebuilds
         runs.toOption.map(rs =>
           CompactIndex(

@@ -160,9 +160,16 @@ object LogFiles {
     finally in.close()
   }
 
+  /**
+   * Opens `file` to read: on a local disk with Spark's default manager the file itself
+   * ([[LocalPublish.open]]), else through `fm`. A missing file throws `FileNotFoundException`.
+   */
+  def open(fm: CheckpointFileManager, file: Path): FSDataInputStream =
+    LocalPublish.open(fm, file).getOrElse(fm.open(file))
+
   /** Opens `file`; a missing file is a [[BatchLogException]] that says `why` it is needed. */
   def open(fm: CheckpointFileManager, file: Path, why: => String): FSDataInputStream =
-    try LocalPublish.open(fm, file).getOrElse(fm.open(file))
+    try open(fm, file)
     catch {
       case _: FileNotFoundException => throw BatchLogException.missingLogFile(file.toString, why)
     }
