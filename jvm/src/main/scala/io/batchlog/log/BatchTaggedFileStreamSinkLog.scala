@@ -297,20 +297,27 @@ class BatchTaggedFileStreamSinkLog(
    * error sending the user to `repair` would send them in a loop.
    */
   private[log] def readWhy(logBatchId: Long): String = {
-    val recorded =
-      try SinkRecord.readWithPath(fileManager, metadataPath)
-      catch { case _: BatchLogException => None } // a damaged record: the missing file it is
-    recorded.filter { case (r, _) => r.compactInterval > 0 && r.compactInterval != compactInterval }
-      .foreach { case (r, at) =>
-        throw BatchLogException.logReadAtOtherInterval(
-          batchIdToPath(logBatchId).toString,
-          compactInterval,
-          r.compactInterval,
-          at.toString
-        )
-      }
+    recordedInterval.filter(_._1 != compactInterval).foreach { case (recorded, at) =>
+      throw BatchLogException.logReadAtOtherInterval(
+        batchIdToPath(logBatchId).toString,
+        compactInterval,
+        recorded,
+        at.toString
+      )
+    }
     s"the log needs it to read batch $logBatchId at compact interval $compactInterval"
   }
+
+  /**
+   * The compact interval of the query that writes the sink, from the sink's record, and the
+   * record's path: None without a record, with a damaged one (the caller's own error says more), or
+   * with none recorded. A log with fewer than two compact files is read at this session's interval,
+   * which may not be the writer's.
+   */
+  private[batchlog] def recordedInterval: Option[(Int, Path)] =
+    (try SinkRecord.readWithPath(fileManager, metadataPath)
+    catch { case _: BatchLogException => None })
+      .collect { case (r, at) if r.compactInterval > 0 => (r.compactInterval, at) }
 
   /** Fails with a clear error unless log file `logBatchId` starts with the `v1` header. */
   def checkHeader(logBatchId: Long): Unit = {

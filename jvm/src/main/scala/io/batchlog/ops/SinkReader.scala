@@ -22,8 +22,7 @@ import io.batchlog.log.{
   LogFormat,
   LogLayout,
   ObjectStoreCopy,
-  SinkLogEntry,
-  SinkRecord
+  SinkLogEntry
 }
 
 /**
@@ -145,12 +144,9 @@ class SinkReader(spark: SparkSession, outputPath: String) {
     }
     val logFiles = log.listLogFiles()
     val latest = latestBatch()
-    // The writing query's interval, from the sink's record: a log read here before its second
-    // compact file shows this session's interval, not the writer's.
-    val interval =
-      (try SinkRecord.readWithPath(log.checkpointFileManager, metadataPath)
-      catch { case _: BatchLogException => None })
-        .map(_._1.compactInterval).filter(_ > 0).getOrElse(log.interval)
+    // the writing query's interval: before its second compact file the log reads at this
+    // session's
+    val interval = log.recordedInterval.map(_._1).getOrElse(log.interval)
     SinkSummary(
       outputPath,
       metadataPath.toString,
