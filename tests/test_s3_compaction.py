@@ -23,6 +23,7 @@ import pytest
 from conftest import COMPACT_INTERVAL_KEY
 from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
+from servers.s3_server import SECOND_WRITER
 from storage_support import s3a_conf, start_s3, stop_server
 from support import S3A_CLASSPATH, session_conf
 
@@ -242,6 +243,25 @@ def test_failure_mid_upload_aborts_it_and_the_next_compaction_copies(
     d = delta(before, stats(spark))
     assert d["compactions"] == 1 and d["fallbacks"] == 0
     assert log.bytes_of("8.compact") == expected8
+    assert store.uploads_in_progress(bucket) == []
+
+
+def test_a_compact_file_a_second_writer_published_meanwhile_is_never_replaced(
+    spark: SparkSession, store: Store
+) -> None:
+    """Two writers interleaved at a server-side compaction: while this one's upload of
+    ``5.compact`` runs, another publishes ``5.compact``. The upload completes only if the key is
+    free (``If-None-Match: *``), so the other writer's file stays, byte for byte; this writer's
+    upload is aborted and it fails with Spark's concurrent-writer error, without retrying on the
+    client-side path (a second writer is not a store failure)."""
+    bucket = store.bucket()
+    store.inject(publish_before_complete=True)
+    before = stats(spark)
+    with pytest.raises(Py4JJavaError, match="Multiple streaming queries are concurrently using"):
+        build(spark, f"s3a://{bucket}/out", server_side=True)
+    d = delta(before, stats(spark))
+    assert d["compactions"] == 0 and d["fallbacks"] == 0 and d["partsCopied"] == 1, d
+    assert store.get(bucket, "out/_spark_metadata/5.compact") == SECOND_WRITER
     assert store.uploads_in_progress(bucket) == []
 
 

@@ -21,7 +21,11 @@ absent or ``{}``: none), for the server-side compaction tests:
 - ``"fail_upload_part": true``: every ``UploadPart`` (a part whose bytes are sent) is 403
   AccessDenied: a failure in the middle of a multipart upload, after its copied parts;
 - ``"rewrite_copy_source": true``: before each ``UploadPartCopy``, its source object is rewritten
-  with one byte changed (a previous compact file damaged or replaced under the copy).
+  with one byte changed (a previous compact file damaged or replaced under the copy);
+- ``"publish_before_complete": true``: before each ``CompleteMultipartUpload``, an object with the
+  bytes ``SECOND_WRITER`` is put at its key if there is none (a second writer that published the
+  same log file while the upload ran); moto then refuses an ``If-None-Match: *`` completion, as S3
+  does.
 """
 
 from __future__ import annotations
@@ -51,6 +55,9 @@ def _ignoring_if_none_match() -> int:
     return int(server.server_address[1])
 
 
+#: What ``publish_before_complete`` puts: a log file of another writer.
+SECOND_WRITER = b'v1\n{"path":"s3a://second/writer","size":1,"batchId":5}'
+
 _ERROR = (
     '<?xml version="1.0" encoding="UTF-8"?><Error><Code>{code}</Code><Message>{msg}</Message>'
     "</Error>"
@@ -72,6 +79,14 @@ def _with_faults(faults: Path) -> int:
 
     def step(environ: dict[str, Any], start: Callable[..., Any]) -> Iterable[bytes]:
         query = environ.get("QUERY_STRING", "")
+        if environ["REQUEST_METHOD"] == "POST" and "uploadId=" in query:
+            f = json.loads(faults.read_text() or "{}") if faults.exists() else {}
+            if f.get("publish_before_complete"):
+                from urllib.parse import unquote
+
+                bucket, key = unquote(environ["PATH_INFO"]).lstrip("/").split("/", 1)
+                if backend.get_object(bucket, key) is None:
+                    backend.put_object(bucket, key, SECOND_WRITER)
         if environ["REQUEST_METHOD"] == "PUT" and "partNumber=" in query:
             f = json.loads(faults.read_text() or "{}") if faults.exists() else {}
             source = environ.get("HTTP_X_AMZ_COPY_SOURCE")
