@@ -265,6 +265,59 @@ def test_a_compact_file_a_second_writer_published_meanwhile_is_never_replaced(
     assert store.uploads_in_progress(bucket) == []
 
 
+class Refusal:
+    """The writer's last check before it publishes a log file (``beforePublish``: where
+    ``WriterGuard`` checks its lease), refusing, as it does for a writer whose lease went stale
+    or was taken over. A py4j callback implementing ``scala.Function1``."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def apply(self, path: Any) -> None:
+        self.calls.append(path.getName())
+        raise RuntimeError("this writer's lease is no longer valid")
+
+    class Java:
+        implements = ["scala.Function1"]
+
+
+def test_a_writer_refused_at_its_last_check_publishes_nothing_of_its_upload(
+    spark: SparkSession, store: Store
+) -> None:
+    """A zombie writer at a server-side compaction: its store-side copy and uploads are done, then
+    its last check before publishing refuses. The upload is aborted, nothing is published, the
+    refusal is not taken for a store failure (no client-side retry, which would publish), and
+    the next writer compacts as if the zombie had never run."""
+    from pyspark.java_gateway import ensure_callback_server_started
+
+    expected = reference(spark, store)
+    bucket = store.bucket()
+    root = f"s3a://{bucket}/out"
+    log = build(spark, root, server_side=True, upto=4)
+    before_2 = log.bytes_of("2.compact")
+    gateway = spark.sparkContext._gateway
+    assert gateway is not None
+    ensure_callback_server_started(gateway)
+    refusal = Refusal()
+    getattr(log.log, "beforePublish_$eq")(refusal)  # the var's Scala setter
+    before = stats(spark)
+    with session_conf(spark, {COMPACT_INTERVAL_KEY: "3", SERVER_SIDE_KEY: "true"}):
+        with pytest.raises(Py4JJavaError, match="lease is no longer valid"):
+            log.compact(5)
+    d = delta(before, stats(spark))
+    assert refusal.calls == ["5.compact"]
+    assert d["partsCopied"] == 1 and d["compactions"] == 0 and d["fallbacks"] == 0, d
+    assert store.uploads_in_progress(bucket) == []
+    assert not log.fs.exists(log.path("5.compact"))
+    assert not log.fs.exists(log.path("5.compact.index"))
+    assert log.bytes_of("2.compact") == before_2
+    # the next writer (a fresh log) finds the sink as the zombie found it
+    with session_conf(spark, {COMPACT_INTERVAL_KEY: "3", SERVER_SIDE_KEY: "true"}):
+        Log(spark, root).compact(5)
+    assert log.bytes_of("5.compact") == expected
+    assert store.uploads_in_progress(bucket) == []
+
+
 def test_previous_compact_file_rewritten_under_the_copy_is_never_copied(
     spark: SparkSession, store: Store
 ) -> None:
