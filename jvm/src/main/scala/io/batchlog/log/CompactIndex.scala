@@ -168,7 +168,11 @@ object CompactIndex {
   }
 
   def write(fm: CheckpointFileManager, file: Path, index: CompactIndex): Unit =
-    LogFiles.publish(fm, file, overwrite = true)(_.write(index.toBytes))
+    write(fm, file, index.toBytes)
+
+  /** Writes index bytes (`v3`, from [[IndexBlocks.Blocks]]) to `file`, replacing any there. */
+  def write(fm: CheckpointFileManager, file: Path, bytes: Array[Byte]): Unit =
+    LogFiles.publish(fm, file, overwrite = true)(_.write(bytes))
 
   /** The bytes of the index at `file`: None if it is missing, Left(reason) if unreadable. */
   def readBytes(fm: CheckpointFileManager, file: Path): Option[Either[String, Array[Byte]]] =
@@ -439,13 +443,23 @@ object CompactIndex {
       batch.foreach(b => droppedMaxBatch = math.max(droppedMaxBatch, b))
     }
 
+    private var closed: Vector[IndexRun] = null
+
+    /** The runs, the last one ended at `endOffset`. */
+    private def runsTo(endOffset: Long): Vector[IndexRun] = {
+      if (closed == null) { close(endOffset); closed = runs.result() }
+      closed
+    }
+
+    /** The `v3` blocks of the runs, the last one ended at `endOffset`, formatted. */
+    def blocks(endOffset: Long): IndexBlocks.Blocks = new IndexBlocks.Blocks(runsTo(endOffset))
+
     def result(endOffset: Long, status: FileStatus): CompactIndex = {
-      close(endOffset)
       CompactIndex(
         status.getPath.getName,
         status.getLen,
         status.getModificationTime,
-        runs.result(),
+        runsTo(endOffset),
         dropped,
         droppedMaxBatch,
         ObjectStoreCopy.etagOf(status)

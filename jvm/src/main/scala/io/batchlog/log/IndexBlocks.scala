@@ -68,33 +68,49 @@ private[batchlog] object IndexBlocks {
   private def hex(x: Long) = java.lang.Long.toHexString(x)
 
   /** The `v3` bytes of `index`, its runs in offset order. */
-  def toBytes(index: CompactIndex): Array[Byte] = {
-    val runs = index.runs.sortBy(_.offset)
-    val blockBytes = runs.grouped(RunsPerBlock).map { rs =>
+  def toBytes(index: CompactIndex): Array[Byte] = new Blocks(index.runs).toBytes(index)
+
+  /**
+   * The blocks of a `v3` index of `runs`, formatted: the whole index but its head's `compact` line,
+   * which holds the compact file's modification time. Compaction formats them before it publishes
+   * the compact file and writes the index right after, with the time the store gave the file:
+   * readers that meet the compact file before its index wait for it ([[CompactIndexReads]]), so the
+   * gap is kept to a stat and a write.
+   */
+  final class Blocks(runs: Vector[IndexRun]) {
+    private val sorted = runs.sortBy(_.offset)
+    private val blockBytes = sorted.grouped(RunsPerBlock).map { rs =>
       val sb = new java.lang.StringBuilder(rs.length * 40)
       rs.foreach(CompactIndex.appendRun(sb, _))
       (rs, sb.toString.getBytes(UTF_8))
     }.toVector
-    val body = new java.lang.StringBuilder()
-    body.append(CompactIndex.compactLine(index)).append('\n')
-    blockBytes.foreach { case (rs, bytes) =>
-      val tagged = rs.flatMap(_.batchId)
-      body.append(s"block ${rs.length} ${rs.count(_.batchId.isEmpty)} ${rs.head.offset} ")
-        .append(s"${rs.last.offset + rs.last.length} ")
-        .append(s"${tagged.reduceOption(_ min _).getOrElse("-")} ")
-        .append(s"${tagged.reduceOption(_ max _).getOrElse("-")} ")
-        .append(s"${bytes.length} ${hex(CompactIndex.crcOf(bytes, bytes.length))}\n")
+    private val blockLines = {
+      val body = new java.lang.StringBuilder()
+      blockBytes.foreach { case (rs, bytes) =>
+        val tagged = rs.flatMap(_.batchId)
+        body.append(s"block ${rs.length} ${rs.count(_.batchId.isEmpty)} ${rs.head.offset} ")
+          .append(s"${rs.last.offset + rs.last.length} ")
+          .append(s"${tagged.reduceOption(_ min _).getOrElse("-")} ")
+          .append(s"${tagged.reduceOption(_ max _).getOrElse("-")} ")
+          .append(s"${bytes.length} ${hex(CompactIndex.crcOf(bytes, bytes.length))}\n")
+      }
+      body.toString
     }
-    val rest = body.toString.getBytes(UTF_8)
-    // the checksum in 8 hex digits: the head's length is known before its checksum
-    val len = FirstLineLength + rest.length + ChecksumLineLength
-    val covered = f"$Header $len%010d\n".getBytes(UTF_8) ++ rest
-    val crc = CompactIndex.crcOf(covered, covered.length)
-    val fixed = covered ++ f"checksum $crc%08x\n".getBytes(UTF_8)
-    val out = new java.io.ByteArrayOutputStream(fixed.length + blockBytes.map(_._2.length).sum)
-    out.write(fixed)
-    blockBytes.foreach(b => out.write(b._2))
-    out.toByteArray
+
+    /** The `v3` bytes of `index`, whose runs are these blocks' runs. */
+    def toBytes(index: CompactIndex): Array[Byte] = {
+      require(index.runs eq runs, "an index of other runs than its blocks'")
+      val rest = (CompactIndex.compactLine(index) + "\n" + blockLines).getBytes(UTF_8)
+      // the checksum in 8 hex digits: the head's length is known before its checksum
+      val len = FirstLineLength + rest.length + ChecksumLineLength
+      val covered = f"$Header $len%010d\n".getBytes(UTF_8) ++ rest
+      val crc = CompactIndex.crcOf(covered, covered.length)
+      val fixed = covered ++ f"checksum $crc%08x\n".getBytes(UTF_8)
+      val out = new java.io.ByteArrayOutputStream(fixed.length + blockBytes.map(_._2.length).sum)
+      out.write(fixed)
+      blockBytes.foreach(b => out.write(b._2))
+      out.toByteArray
+    }
   }
 
   def isV3(bytes: Array[Byte]): Boolean =

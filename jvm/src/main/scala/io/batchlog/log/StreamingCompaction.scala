@@ -119,6 +119,7 @@ trait StreamingCompaction extends Logging { self: BatchTaggedFileStreamSinkLog =
     val crc = Compat.crc32c()
     val index = new CompactIndex.Builder(crc)
     var endOffset = 0L
+    var blocks: IndexBlocks.Blocks = null
     val added = addNewBatchByStream(batchId) { out =>
       val w = new CompactWriter(out, crc, index, minBatch, now)
       try {
@@ -126,15 +127,18 @@ trait StreamingCompaction extends Logging { self: BatchTaggedFileStreamSinkLog =
         newEntries.foreach(w.entry)
         endOffset = w.finish()
       } finally w.abandon()
+      // the whole index but its compact file's status, before the compact file is published:
+      // readers that meet the compact file first wait for its index ([[CompactIndexReads]])
+      blocks = index.blocks(endOffset)
+      index.droppedMaxBatch = math.max(index.droppedMaxBatch, droppedBefore(batchId))
     }
     if (added) {
-      index.droppedMaxBatch = math.max(index.droppedMaxBatch, droppedBefore(batchId))
       val compactFile = batchIdToPath(batchId)
       statusOf(compactFile).foreach { st =>
         CompactIndex.write(
           checkpointFileManager,
           CompactIndex.pathOf(compactFile),
-          index.result(endOffset, st)
+          blocks.toBytes(index.result(endOffset, st))
         )
       }
       if (index.dropped > 0) {

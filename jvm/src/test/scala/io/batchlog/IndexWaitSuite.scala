@@ -1,0 +1,73 @@
+package io.batchlog
+
+import java.io.File
+import java.nio.file.Files
+
+import io.batchlog.log.BatchTaggedFileStreamSinkLog
+
+/**
+ * A reader that meets a compact file its writer has just published, before the index that follows
+ * it, waits for the index instead of rebuilding it by a scan of the whole compact file; and waits
+ * for nothing where no index is coming (an old compact file, a log plain Spark compacted).
+ */
+class IndexWaitSuite extends CompactIndexTestBase {
+
+  private def waits(log: BatchTaggedFileStreamSinkLog): Long = log.indexWaits
+
+  /** As a writer that took `ms` to write 5.compact's index after 5.compact. */
+  private def previousIndexTook(root: File, ms: Long): Unit =
+    assert(indexFile(root, 5).setLastModified(metaFile(root, "5.compact").lastModified() + ms))
+
+  test("the index that follows a fresh compact file is waited for and used, not rebuilt") {
+    withIndexedLog(batches = 9, compact = 8) { (root, log, _) =>
+      previousIndexTook(root, 1000) // a reader waits up to 2 x 1 s + 0.2 s
+      val bytes = Files.readAllBytes(indexFile(root, 8).toPath)
+      Files.delete(indexFile(root, 8).toPath)
+      val writer =
+        new Thread(() => { Thread.sleep(100); Files.write(indexFile(root, 8).toPath, bytes) })
+      val api = BatchLog.forPath(spark, root.toString)
+      val before = waits(api.log)
+      writer.start()
+      try assert(api.files(7).toSeq === entries(7, perBatch(7)).map(_.path).toSeq)
+      finally writer.join()
+      assert(waits(api.log) === before + 1)
+      // read from the index on disk (its head), not rebuilt by a scan
+      assert(api.log.cachedHeadIds === Seq(8L) && api.log.cachedIndexIds.isEmpty)
+    }
+  }
+
+  test("an index that does not come is waited for once per compact file, then rebuilt") {
+    withIndexedLog(batches = 9, compact = 8) { (root, log, good) =>
+      previousIndexTook(root, 0) // a reader waits 0.2 s
+      Files.delete(indexFile(root, 8).toPath)
+      val api = BatchLog.forPath(spark, root.toString)
+      val before = waits(api.log)
+      assert(api.files(7).toSeq === entries(7, perBatch(7)).map(_.path).toSeq)
+      assert(api.files(6).toSeq === entries(6, perBatch(6)).map(_.path).toSeq)
+      assert(waits(api.log) === before + 1)
+      assert(api.log.indexOf(8) === good) // rebuilt in memory, the same runs
+      assert(!indexFile(root, 8).exists()) // readers never write
+    }
+  }
+
+  test("no wait for a compact file written long ago, nor where the previous one has no index") {
+    withIndexedLog(batches = 9, compact = 8) { (root, _, _) =>
+      Files.delete(indexFile(root, 8).toPath)
+      val old = metaFile(root, "8.compact")
+      assert(old.setLastModified(old.lastModified() - 60 * 60 * 1000L))
+      val api = BatchLog.forPath(spark, root.toString)
+      val before = waits(api.log)
+      assert(api.files(7).toSeq === entries(7, perBatch(7)).map(_.path).toSeq)
+      assert(waits(api.log) === before)
+    }
+    withIndexedLog(batches = 9, compact = 8) { (root, _, _) =>
+      // as plain Spark leaves a log: no index beside any compact file
+      Files.delete(indexFile(root, 8).toPath)
+      Files.delete(indexFile(root, 5).toPath)
+      val api = BatchLog.forPath(spark, root.toString)
+      val before = waits(api.log)
+      assert(api.files(7).toSeq === entries(7, perBatch(7)).map(_.path).toSeq)
+      assert(waits(api.log) === before)
+    }
+  }
+}
