@@ -13,6 +13,8 @@ system, in the exact form batchlog writes them (the compaction copies such lines
 from __future__ import annotations
 
 import json
+import re
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,16 +30,18 @@ from storage_support import s3a_conf, start_s3, stop_server
 from support import S3A_CLASSPATH, session_conf
 
 SERVER_SIDE_KEY = "spark.batchlog.compaction.serverSide"
+REQUEST = re.compile(r'"(?:\x1b\[[0-9;]*m)*([A-Z]+) (\S+) HTTP/')  # werkzeug's log line
 BIG = 15_000  # entries of batches 0 and 1: 2.compact is ~10 MiB (server-side from 8 MiB)
 
 
 class Store:
     """moto with a fault file; one bucket per test (a store's refusal is remembered per bucket)."""
 
-    def __init__(self, spark: SparkSession, endpoint: str, faults: Path) -> None:
+    def __init__(self, spark: SparkSession, endpoint: str, faults: Path, log: Path) -> None:
         self.spark = spark
         self.endpoint = endpoint
         self.faults = faults
+        self.log = log
         self.client = boto3.client(
             "s3",
             endpoint_url=endpoint,
@@ -64,6 +68,11 @@ class Store:
     def uploads_in_progress(self, bucket: str) -> list[Any]:
         return list(self.client.list_multipart_uploads(Bucket=bucket).get("Uploads", []))
 
+    def requests(self) -> list[tuple[str, str]]:
+        """(method, path) of every request the server logged so far, in order."""
+        lines = self.log.read_text(errors="replace").splitlines()
+        return [(m.group(1), m.group(2)) for m in map(REQUEST.search, lines) if m]
+
     def get(self, bucket: str, key: str) -> bytes:
         return bytes(self.client.get_object(Bucket=bucket, Key=key)["Body"].read())
 
@@ -75,9 +84,9 @@ def store(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Iter
     root = tmp_path_factory.mktemp("s3copy")
     faults = root / "faults.json"
     faults.write_text("{}")
-    proc, endpoint, _ = start_s3(root, faults=faults)
+    proc, endpoint, log = start_s3(root, faults=faults)
     try:
-        yield Store(spark, endpoint, faults)
+        yield Store(spark, endpoint, faults, log)
     finally:
         stop_server(proc)
 
@@ -263,6 +272,28 @@ def test_a_compact_file_a_second_writer_published_meanwhile_is_never_replaced(
     assert d["compactions"] == 0 and d["fallbacks"] == 0 and d["partsCopied"] == 1, d
     assert store.get(bucket, "out/_spark_metadata/5.compact") == SECOND_WRITER
     assert store.uploads_in_progress(bucket) == []
+
+
+def test_the_batch_files_a_compaction_merges_are_one_get_each_read_at_once(
+    spark: SparkSession, store: Store
+) -> None:
+    """On an object store a compaction reads the batch files it merges ahead, in parallel, each
+    with the status one listing gave: one GET a file, no HEAD (``BatchFilePrefetch``)."""
+    bucket = store.bucket()
+    log = build(spark, f"s3a://{bucket}/out", server_side=False, upto=4)
+    mark = len(store.requests())
+    with session_conf(spark, {COMPACT_INTERVAL_KEY: "3", SERVER_SIDE_KEY: "false"}):
+        log.compact(5)
+    time.sleep(0.5)  # the server logs a request after its response
+    since = store.requests()[mark:]
+    # (before it: the writer's check that batch 4 is logged, a HEAD)
+    listing = next(
+        i for i, (m, path) in enumerate(since) if path.endswith("&prefix=out/_spark_metadata/")
+    )
+    for b in (3, 4):
+        key = f"/{bucket}/out/_spark_metadata/{b}"
+        assert [m for m, path in since[listing:] if path == key] == ["GET"], (b, since)
+    assert log.bytes_of("5.compact") == reference(spark, store)
 
 
 class Refusal:

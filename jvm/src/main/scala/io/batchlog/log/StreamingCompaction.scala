@@ -120,10 +120,17 @@ trait StreamingCompaction extends Logging { self: BatchTaggedFileStreamSinkLog =
     val index = new CompactIndex.Builder(crc)
     var endOffset = 0L
     var blocks: IndexBlocks.Blocks = null
+    val merged = getValidBatchesBeforeCompactionBatch(batchId, interval)
+    val readAhead =
+      if (ageRetentionActive) Map.empty[Long, Array[Byte]]
+      else {
+        val dir = fileSystem.makeQualified(metadataPath)
+        BatchFilePrefetch(fileSystem, dir, merged.filterNot(isCompactionBatch(_, interval)))
+      }
     val added = addNewBatchByStream(batchId) { out =>
-      val w = new CompactWriter(out, crc, index, minBatch, now)
+      val w = new CompactWriter(out, crc, index, minBatch, now, readAhead)
       try {
-        getValidBatchesBeforeCompactionBatch(batchId, interval).foreach(w.logFile(_, rescan))
+        merged.foreach(w.logFile(_, rescan))
         newEntries.foreach(w.entry)
         endOffset = w.finish()
       } finally w.abandon()
@@ -180,7 +187,8 @@ trait StreamingCompaction extends Logging { self: BatchTaggedFileStreamSinkLog =
       crc: java.util.zip.Checksum,
       index: CompactIndex.Builder,
       minBatch: Long,
-      now: Long
+      now: Long,
+      readAhead: Map[Long, Array[Byte]]
   ) {
     private val held = new CompactCopy.Held(out)
     private val counted = new CompactIndex.CountingStream(held, crc)
@@ -270,9 +278,18 @@ trait StreamingCompaction extends Logging { self: BatchTaggedFileStreamSinkLog =
               } else emitText(new String(bytes, from, to - from, UTF_8), id, inCompact, lineNo)
             override def beforeMove(): Unit = flushPending()
           }
-          LogFiles.foreachLineBytes(fileManager, batchIdToPath(id), readWhy(id), canonical = true)(
-            lines
-          )
+          readAhead.get(id) match {
+            case Some(bytes) => // read ahead ([[BatchFilePrefetch]])
+              val in = new java.io.ByteArrayInputStream(bytes)
+              LogFiles.readLineBytes(in, batchIdToPath(id).toString, canonical = true)(lines)
+            case None =>
+              LogFiles.foreachLineBytes(
+                fileManager,
+                batchIdToPath(id),
+                readWhy(id),
+                canonical = true
+              )(lines)
+          }
         case None =>
           foreachLineIn(id)((line, lineNo) => emitText(line, id, inCompact, lineNo))
       }
