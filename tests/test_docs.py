@@ -2,8 +2,8 @@
 session, a real streaming query, a temporary sink) and prints what its comments show, and every
 CLI command line in the README and ``docs/`` is one the CLI accepts.
 
-A block that cannot run standalone is marked ``<!-- docs-test: skip (reason) -->`` on the line
-above it."""
+Every other block of the pages runs in ``test_docs_blocks.py``; a block that cannot run is marked
+``<!-- docs-test: skip (reason) -->`` on the line above it (``doc_pages.py``)."""
 
 from __future__ import annotations
 
@@ -15,35 +15,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from doc_pages import blocks, pages, section_block
 from support import PYTHON_DIR, QUERY_TIMEOUT_S, REPO
-
-SKIP = re.compile(r"<!-- docs-test: skip \(.+\) -->")
-FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
-
-
-def pages() -> list[Path]:
-    """README.md and every page of the site (docs/architecture.md and docs/contributing.md are
-    links to the top-level files)."""
-    return [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
-
-
-def blocks(page: Path) -> list[tuple[str, str, bool]]:
-    """(language, code, marked skip) of each fenced block of ``page``."""
-    text = page.read_text()
-    found = []
-    for m in FENCE.finditer(text):
-        before = text[: m.start()].rstrip("\n").rsplit("\n", 1)[-1]
-        found.append((m.group(1), m.group(2), bool(SKIP.fullmatch(before.strip()))))
-    return found
-
-
-def section_block(page: Path, heading: str, lang: str) -> str:
-    """The first ``lang`` block under the heading ``heading`` of ``page``."""
-    text = page.read_text()
-    start = text.index(f"\n{heading}\n")
-    m = FENCE.search(text, start)
-    assert m is not None and m.group(1) == lang, f"no {lang} block under {heading}"
-    return m.group(2)
 
 
 def test_the_readme_quickstart_runs_and_prints_what_it_shows(tmp_path: Path) -> None:

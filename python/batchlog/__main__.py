@@ -218,14 +218,21 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
-    spark = _session(args.conf)
+def run(spark: SparkSession, args: argparse.Namespace) -> int:
+    """Runs the parsed command on ``spark``: its exit status; a batchlog error is printed to
+    stderr as ``batchlog: <Error>: <message>`` (status 2)."""
     try:
         return int(args.fn(spark, args))
     except batchlog.BatchLogError as e:
         print(f"batchlog: {type(e).__name__}: {e}", file=sys.stderr)
         return 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    spark = _session(args.conf)
+    try:
+        return run(spark, args)
     finally:
         spark.stop()
 
