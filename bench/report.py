@@ -24,7 +24,8 @@ from typing import Any
 
 Figures = dict[tuple[str, str, int], list[float]]  # (measure, impl, entries) -> repeats
 
-# s3_compaction.py: a compaction on moto, vanilla vs batchlog (server-side) vs a client-side copy
+# s3_compaction.py: a compaction on moto or SeaweedFS, vanilla vs batchlog (server-side) vs a
+# client-side copy
 S3C = "s3 compaction "
 
 # downstream.py: a stream over the sink, Spark's file source ("vanilla") vs the batchlog source
@@ -57,20 +58,24 @@ class Line:
         return "n/a" if self.met is None else "MET" if self.met else "NOT MET"
 
 
-def load(results: Path) -> tuple[Figures, dict[str, int]]:
+def load(results: Path) -> tuple[Figures, dict[str, int], dict[str, str]]:
+    """The figures, each JVM's max heap and each S3 bench's store, by kind."""
     figures: Figures = {}
     heaps: dict[str, int] = {}
+    stores: dict[str, str] = {}
     for f in sorted(results.glob("*.json")):
         if f.name == "report.json":
             continue
         doc = json.loads(f.read_text())
         if "maxHeapMiB" in doc:
             heaps[doc["kind"]] = doc["maxHeapMiB"]
+        if "server" in doc:
+            stores[doc["kind"]] = doc["server"]
         prefix = LOOKUP if doc.get("kind") == "lookup" else ""
         for x in doc["figures"]:
             key = (prefix + x["measure"], x["impl"], int(x["entries"]))
             figures[key] = [float(v) for v in x["values"]]
-    return figures, heaps
+    return figures, heaps, stores
 
 
 def spread(xs: list[float]) -> str:
@@ -273,7 +278,7 @@ def judge(fig: Figures) -> list[Line]:
         lines.append(
             Line(
                 "S3 compaction wall time vs a client-side copy, 10M",
-                "not measured (moto keeps objects in memory)",
+                "not measured (moto keeps objects in memory: --server seaweedfs)",
                 "-",
                 "<= 0.25x",
                 None,
@@ -302,10 +307,14 @@ def judge(fig: Figures) -> list[Line]:
     return lines
 
 
-def table(fig: Figures, lines: list[Line], heaps: dict[str, int]) -> str:
+def table(
+    fig: Figures, lines: list[Line], heaps: dict[str, int], stores: dict[str, str] | None = None
+) -> str:
     out = []
     if heaps:
         out.append("JVM max heap: " + ", ".join(f"{k} {v} MiB" for k, v in sorted(heaps.items())))
+    if stores:
+        out.append("S3 store: " + ", ".join(f"{k} on {v}" for k, v in sorted(stores.items())))
     out.append("\nfigures (best of the repeats; spread = (max - min) / min):")
     out.append(f"{'measure':<58} {'impl':<9} {'entries':>8} {'best':>12} {'spread':>7}")
     for (measure, impl, n), xs in sorted(
@@ -389,9 +398,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path)
     ap.add_argument("--plot", type=Path)
     args = ap.parse_args(argv)
-    fig, heaps = load(args.results)
+    fig, heaps, stores = load(args.results)
     lines = judge(fig)
-    print(table(fig, lines, heaps))
+    print(table(fig, lines, heaps, stores))
     if args.json:
         doc = {
             "targets": [dict(asdict(x), verdict=x.verdict) for x in lines],
@@ -400,6 +409,7 @@ def main(argv: list[str] | None = None) -> int:
                 for (m, i, n), xs in sorted(fig.items())
             ],
             "maxHeapMiB": heaps,
+            "stores": stores,
         }
         args.json.write_text(json.dumps(doc, indent=1) + "\n")
         print(f"report written to {args.json}")

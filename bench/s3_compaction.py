@@ -1,4 +1,5 @@
-"""A compaction on an S3-compatible store (moto, ``tests/servers/s3_server.py``), side by side.
+"""A compaction on an S3-compatible store (moto, ``tests/servers/s3_server.py``, or SeaweedFS),
+side by side.
 
 For each size (entries in the previous compact file), one sink log per implementation is laid out
 on ``s3a://`` as a running sink leaves it: the batch files of the first compaction interval
@@ -22,8 +23,16 @@ server-side path sent or read through S3A's SDK client itself (``ObjectStoreCopy
 uploaded parts, ranged reads), which those statistics do not see. Best of ``--repeat`` with
 spreads, JSON for ``bench/report.py``.
 
-Usage: python bench/s3_compaction.py [--entries 100000,1000000] [--repeat 3] [--new 1000]
-       [--impls vanilla,batchlog,batchlog-client,copy] [--json FILE]
+The store: ``--server moto`` (the default, as in the tests: moto keeps every object in Python's
+memory and reads a whole object in Python for each ranged copy, so it holds 1M entries at most
+and slows the server-side path) or ``--server seaweedfs`` (SeaweedFS's ``weed server``, Go, data
+on disk: ``dev/seaweedfs`` installs it; requests counted from its Prometheus counter; deleted
+objects' disk reclaimed by a vacuum before each timing, outside it). ``vanilla`` runs up to
+``--vanilla-max`` entries: it holds every entry in the driver's heap.
+
+Usage: python bench/s3_compaction.py [--server moto|seaweedfs] [--entries 100000,1000000]
+       [--repeat 3] [--new 1000] [--impls vanilla,batchlog,batchlog-client,copy]
+       [--vanilla-max 1000000] [--json FILE]
 """
 
 from __future__ import annotations
@@ -31,9 +40,11 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shutil
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -44,7 +55,13 @@ sys.path.insert(0, str(ROOT / "tests"))
 import batchlog  # noqa: E402
 import boto3  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402
-from storage_support import create_bucket, s3a_conf, start_s3, stop_server  # noqa: E402
+from storage_support import (  # noqa: E402
+    create_bucket,
+    s3a_conf,
+    start_s3,
+    start_seaweedfs,
+    stop_server,
+)
 from support import S3A_CLASSPATH  # noqa: E402
 
 BUCKET = "bench-compaction"
@@ -67,17 +84,16 @@ def line(b: int, i: int) -> str:
 
 
 class Requests:
-    """The server's request log: how many requests since the last mark."""
+    """The server's requests (``count``: all it served so far): how many since the last mark."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    def __init__(self, count: Callable[[], int]) -> None:
+        self.count = count
         self.mark = self._count()
 
     def _count(self) -> int:
         n, last, since = -1, -1, time.monotonic()
-        while True:  # quiet for 0.3 s: the last lines are written after their responses
-            with open(self.path, "rb") as f:
-                n = sum(1 for ln in f if REQUEST.search(ln.decode(errors="replace")))
+        while True:  # quiet for 0.3 s: the last are counted after their responses
+            n = self.count()
             if n != last:
                 last, since = n, time.monotonic()
             elif time.monotonic() - since >= 0.3:
@@ -90,8 +106,51 @@ class Requests:
         return d
 
 
+def log_lines(path: Path) -> Callable[[], int]:
+    """The requests in a werkzeug access log (moto's): one line each."""
+
+    def count() -> int:
+        with open(path, "rb") as f:
+            return sum(1 for ln in f if REQUEST.search(ln.decode(errors="replace")))
+
+    return count
+
+
+@dataclass
+class Store:
+    """The S3-compatible server the bench runs against."""
+
+    name: str
+    endpoint: str
+    requests: Callable[[], int]  # requests served so far
+    reclaim: Callable[[], None]  # frees the disk of deleted objects (outside any timing)
+    stop: Callable[[], None]
+
+
+def start_store(server: str, root: Path) -> Store:
+    if server == "moto":
+        proc, endpoint, log_file = start_s3(root)
+        return Store("moto", endpoint, log_lines(log_file), lambda: None, lambda: stop_server(proc))
+    if server == "seaweedfs":
+        weed = start_seaweedfs(root)
+
+        def stop() -> None:
+            stop_server(weed.proc)
+            shutil.rmtree(root / "data", ignore_errors=True)  # gigabytes at 10M entries
+
+        return Store("seaweedfs", weed.endpoint, weed.requests, weed.vacuum, stop)
+    raise SystemExit(f"unknown --server {server}: moto or seaweedfs")
+
+
 class Bench:
-    def __init__(self, spark: SparkSession, s3: Any, requests: Requests, new: int) -> None:
+    def __init__(
+        self,
+        spark: SparkSession,
+        s3: Any,
+        requests: Requests,
+        new: int,
+        reclaim: Callable[[], None],
+    ) -> None:
         self.spark = spark
         jvm = spark._jvm
         assert jvm is not None
@@ -99,6 +158,7 @@ class Bench:
         self.s3 = s3
         self.requests = requests
         self.new = new
+        self.reclaim = reclaim
         conf = spark._jsparkSession.sessionState().newHadoopConf()
         self.fs = self.jvm.org.apache.hadoop.fs.Path(f"s3a://{BUCKET}/").getFileSystem(conf)
 
@@ -137,8 +197,13 @@ class Bench:
             if uri.getScheme() == "s3a":
                 read += st.getBytesRead()
                 written += st.getBytesWritten()
-        stats = json.loads(self.jvm.io.batchlog.log.ObjectStoreCopy.statsJson())
+        stats = self.copy_stats()
         return read + stats["bytesRead"], written + stats["bytesUploaded"]
+
+    def copy_stats(self) -> dict[str, int]:
+        """What batchlog's server-side path did so far (``ObjectStoreCopy.Stats``)."""
+        stats: dict[str, int] = json.loads(self.jvm.io.batchlog.log.ObjectStoreCopy.statsJson())
+        return stats
 
     def server_side(self, impl: str) -> None:
         on = "false" if impl == "batchlog-client" else "true"
@@ -164,6 +229,7 @@ class Bench:
         copy_to = self.path(f"s3a://{BUCKET}/{prefix}/copy-of-compact")
         for p in (target, self.path(f"{meta}/{last}.compact.index"), copy_to):
             self.fs.delete(p, False)
+        self.reclaim()
         self.server_side(impl)
         run: Callable[[], None]
         if impl == "copy":
@@ -182,12 +248,18 @@ class Bench:
                 assert log.add(last, empty)
 
         self.requests.take()
+        before = self.copy_stats()
         r0, w0 = self.s3a_bytes()
         t0 = time.perf_counter()
         run()
         ms = (time.perf_counter() - t0) * 1000
         r1, w1 = self.s3a_bytes()
         reqs = self.requests.take()
+        if impl == "batchlog":
+            after = self.copy_stats()
+            done = {k: after[k] - before[k] for k in ("compactions", "fallbacks", "partsCopied")}
+            if done["compactions"] != 1 or done["fallbacks"] or not done["partsCopied"]:
+                print(f"  ! batchlog: the server-side copy did not engage: {done}")
         out: dict[str, float] = {
             "wall ms": ms,
             "requests": reqs,
@@ -213,11 +285,19 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--new", type=int, default=1000, help="entries of each batch file since")
     ap.add_argument("--impls", default=",".join(IMPLS))
+    ap.add_argument("--server", default="moto", choices=("moto", "seaweedfs"))
+    ap.add_argument(
+        "--vanilla-max",
+        type=int,
+        default=1_000_000,
+        help="vanilla runs up to this many entries (it holds them all in the driver's heap)",
+    )
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     sizes = [int(x) for x in args.entries.split(",")]
     root = Path(tempfile.mkdtemp(prefix="bl-s3c-"))
-    proc, endpoint, log_file = start_s3(root)
+    store = start_store(args.server, root)
+    endpoint = store.endpoint
     figures: list[dict[str, Any]] = []
     try:
         create_bucket(endpoint, BUCKET)
@@ -241,11 +321,17 @@ def main() -> None:
             aws_access_key_id="testing",
             aws_secret_access_key="testing",
         )
-        bench = Bench(spark, s3, Requests(log_file), args.new)
-        print(f"best of {args.repeat}; new lines: {INTERVAL - 1} batch files x {args.new}")
+        bench = Bench(spark, s3, Requests(store.requests), args.new, store.reclaim)
+        print(
+            f"server: {store.name}; best of {args.repeat}; "
+            f"new lines: {INTERVAL - 1} batch files x {args.new}"
+        )
         for n in sizes:
             print(f"\n=== {n:,} entries in the previous compact file ===")
             for impl in args.impls.split(","):
+                if impl == "vanilla" and n > args.vanilla_max:
+                    print(f"  [vanilla: not run above {args.vanilla_max:,} entries]")
+                    continue
                 prefix = f"n{n}/{'batchlog' if impl == 'copy' else impl}"
                 if impl != "copy":
                     t0 = time.perf_counter()
@@ -268,16 +354,18 @@ def main() -> None:
                         }
                     )
             s3_delete_prefix(s3, f"n{n}/")
+            store.reclaim()
         spark.stop()
     finally:
-        stop_server(proc)
+        store.stop()
     if args.json:
-        args.json.write_text(json.dumps({"kind": "s3-compaction", "figures": figures}, indent=1))
+        doc = {"kind": "s3-compaction", "server": store.name, "figures": figures}
+        args.json.write_text(json.dumps(doc, indent=1))
         print(f"figures written to {args.json}")
 
 
 def s3_delete_prefix(s3: Any, prefix: str) -> None:
-    """Frees the server's memory (moto keeps every object in it) before the next size."""
+    """Frees the server's memory (moto keeps every object in it) or disk before the next size."""
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix):
         keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
         if keys:

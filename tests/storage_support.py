@@ -9,16 +9,23 @@ from the local disk).
 ``.tools/storage`` (the cluster runs on pyspark's own Hadoop client jars plus that one), and
 hadoop-aws with its AWS SDK into ``.tools/storage/s3a``, which ``support.get_spark`` puts on the
 test session's driver class path.
+
+For the compaction benchmark at sizes moto cannot hold, :func:`start_seaweedfs` starts SeaweedFS
+(``dev/seaweedfs`` installs it) the same way: free loopback ports, its own process group, stopped
+by PID. The tests keep moto.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyspark
@@ -85,6 +92,146 @@ def start_s3(
     except BaseException:
         stop_server(proc)
         raise
+
+
+#: SeaweedFS's ``weed`` (``dev/seaweedfs`` installs it; the version in its file name).
+SEAWEEDFS_DIR = REPO / ".tools" / "seaweedfs"
+
+
+def _free_ports(n: int) -> list[int]:
+    """``n`` distinct loopback ports the kernel picked (held together, so none repeats)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+@dataclass
+class SeaweedFs:
+    """A SeaweedFS started by :func:`start_seaweedfs`: its process, S3 endpoint, master (for
+    vacuums) and Prometheus metrics (the S3 gateway's request counter), and its log."""
+
+    proc: subprocess.Popen[bytes]
+    endpoint: str
+    master: str
+    metrics: str
+    log: Path
+
+    def requests(self) -> int:
+        """S3 requests served so far (``SeaweedFS_s3_request_total``, every type and status)."""
+        with urllib.request.urlopen(self.metrics, timeout=30) as r:
+            text = r.read().decode()
+        return int(sum(float(m) for m in METRIC_RE.findall(text)))
+
+    def vacuum(self) -> None:
+        """Reclaims the disk of objects deleted so far (the master's vacuum of every volume with
+        garbage; SeaweedFS frees a deleted object's bytes only then). The filer hands a deleted
+        object's chunks to the volume servers in batches every 1.1 s: those go first."""
+        time.sleep(3)
+        url = f"{self.master}/vol/vacuum?garbageThreshold=0.0001"
+        with urllib.request.urlopen(urllib.request.Request(url, method="POST"), timeout=1800):
+            pass
+
+
+METRIC_RE = re.compile(r"^SeaweedFS_s3_request_total\{[^}]*\} (\S+)$", re.M)
+
+
+def start_seaweedfs(root: Path) -> SeaweedFs:
+    """Starts a single-process SeaweedFS (``weed server``: master, volume server, filer and S3
+    gateway) with its data in ``root``, every port a free loopback one, in its own process group;
+    returns once its S3 gateway stored and deleted an object. Its only identity is the tests'
+    ``testing`` / ``testing`` key (the one :func:`s3a_conf` gives S3A). The master's own vacuum
+    is left to objects that are almost all garbage (``SeaweedFs.vacuum`` does the rest, when the
+    caller chooses: not in the middle of a timing) and it reports no telemetry."""
+    bins = sorted(SEAWEEDFS_DIR.glob("weed-*"))
+    if not bins:
+        raise FileNotFoundError(f"no SeaweedFS in {SEAWEEDFS_DIR}: run `dev/seaweedfs` in {REPO}")
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "data").mkdir(exist_ok=True)
+    ports = _free_ports(9)
+    master, master_grpc, volume, volume_grpc, filer, filer_grpc, s3, s3_grpc, metrics = ports
+    log = root / "seaweedfs.log"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing")
+    args = [
+        str(bins[-1]),
+        "server",
+        "-ip=127.0.0.1",
+        "-ip.bind=127.0.0.1",
+        f"-dir={root / 'data'}",
+        f"-metricsPort={metrics}",
+        "-metricsIp=127.0.0.1",
+        f"-master.port={master}",
+        f"-master.port.grpc={master_grpc}",
+        "-master.telemetry=false",
+        "-master.garbageThreshold=0.95",
+        f"-volume.port={volume}",
+        f"-volume.port.grpc={volume_grpc}",
+        "-volume.preStopSeconds=0",
+        "-filer",
+        f"-filer.port={filer}",
+        f"-filer.port.grpc={filer_grpc}",
+        f"-filer.localSocket={root / 'filer.sock'}",
+        "-s3",
+        f"-s3.port={s3}",
+        f"-s3.port.grpc={s3_grpc}",
+        "-s3.port.iceberg=0",
+        "-s3.port.lance=0",
+        f"-s3.localSocket={root / 's3.sock'}",
+    ]
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            args, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+    store = SeaweedFs(
+        proc,
+        f"http://127.0.0.1:{s3}",
+        f"http://127.0.0.1:{master}",
+        f"http://127.0.0.1:{metrics}/metrics",
+        log,
+    )
+    try:
+        _wait_seaweedfs(store)
+        return store
+    except BaseException:
+        stop_server(proc)
+        raise
+
+
+def _wait_seaweedfs(store: SeaweedFs) -> None:
+    """Until an object can be put and deleted (the volume server has joined the master)."""
+    import boto3
+
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=store.endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+    bucket, deadline, last = "seaweedfs-ready", time.monotonic() + 180, ""
+    while True:
+        if store.proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(
+                f"SeaweedFS did not start ({last}):\n{store.log.read_text()[-4000:]}"
+            )
+        try:
+            s3.create_bucket(Bucket=bucket)
+        except Exception as e:  # noqa: BLE001 - not up yet, or the bucket is there
+            last = repr(e)
+        try:
+            s3.put_object(Bucket=bucket, Key="ready", Body=b"ready")
+            s3.delete_object(Bucket=bucket, Key="ready")
+            s3.delete_bucket(Bucket=bucket)
+            store.requests()
+            return
+        except Exception as e:  # noqa: BLE001 - not up yet
+            last = repr(e)
+        time.sleep(0.5)
 
 
 #: The bucket the S3 tests write to (created by the ``s3`` fixture).
