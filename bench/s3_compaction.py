@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import shutil
 import sys
 import tempfile
@@ -53,10 +52,11 @@ sys.path.insert(0, str(ROOT / "python"))
 sys.path.insert(0, str(ROOT / "tests"))
 
 import batchlog  # noqa: E402
-import boto3  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402
 from storage_support import (  # noqa: E402
+    REQUEST_LINE,
     create_bucket,
+    s3_client,
     s3a_conf,
     start_s3,
     start_seaweedfs,
@@ -66,7 +66,6 @@ from support import S3A_CLASSPATH  # noqa: E402
 
 BUCKET = "bench-compaction"
 INTERVAL = 10
-REQUEST = re.compile(r'"(?:\x1b\[[0-9;]*m)*([A-Z]+) (\S+) HTTP/')
 IMPLS = ("vanilla", "batchlog", "batchlog-client", "copy")
 
 
@@ -111,7 +110,7 @@ def log_lines(path: Path) -> Callable[[], int]:
 
     def count() -> int:
         with open(path, "rb") as f:
-            return sum(1 for ln in f if REQUEST.search(ln.decode(errors="replace")))
+            return sum(1 for ln in f if REQUEST_LINE.search(ln.decode(errors="replace")))
 
     return count
 
@@ -314,13 +313,7 @@ def main() -> None:
             builder = builder.config(f"spark.hadoop.{k}", v)
         spark = builder.getOrCreate()
         spark.sparkContext.setLogLevel("ERROR")
-        s3 = boto3.client(
-            "s3",
-            endpoint_url=endpoint,
-            region_name="us-east-1",
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
-        )
+        s3 = s3_client(endpoint)
         bench = Bench(spark, s3, Requests(store.requests), args.new, store.reclaim)
         print(
             f"server: {store.name}; best of {args.repeat}; "

@@ -27,6 +27,7 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pyspark
 import pytest
@@ -204,15 +205,7 @@ def start_seaweedfs(root: Path) -> SeaweedFs:
 
 def _wait_seaweedfs(store: SeaweedFs) -> None:
     """Until an object can be put and deleted (the volume server has joined the master)."""
-    import boto3
-
-    s3 = boto3.client(
-        "s3",
-        endpoint_url=store.endpoint,
-        region_name="us-east-1",
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
+    s3 = s3_client(store.endpoint)
     bucket, deadline, last = "seaweedfs-ready", time.monotonic() + 180, ""
     while True:
         if store.proc.poll() is not None or time.monotonic() > deadline:
@@ -251,16 +244,25 @@ def s3a_conf(endpoint: str) -> dict[str, str]:
     }
 
 
-def create_bucket(endpoint: str, bucket: str) -> None:
+def s3_client(endpoint: str) -> Any:
+    """A boto3 S3 client of the test servers (moto, SeaweedFS), with the tests' only key."""
     import boto3  # moto[server] brings it
 
-    boto3.client(
+    return boto3.client(
         "s3",
         endpoint_url=endpoint,
         region_name="us-east-1",
         aws_access_key_id="testing",
         aws_secret_access_key="testing",
-    ).create_bucket(Bucket=bucket)
+    )
+
+
+#: A request in moto's log (werkzeug's, with or without colour codes): method and path.
+REQUEST_LINE = re.compile(r'"(?:\x1b\[[0-9;]*m)*([A-Z]+) (\S+) HTTP/')
+
+
+def create_bucket(endpoint: str, bucket: str) -> None:
+    s3_client(endpoint).create_bucket(Bucket=bucket)
 
 
 def cli_conf(store: str, spark: SparkSession) -> list[str]:

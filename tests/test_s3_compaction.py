@@ -13,24 +13,21 @@ system, in the exact form batchlog writes them (the compaction copies such lines
 from __future__ import annotations
 
 import json
-import re
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
 from conftest import COMPACT_INTERVAL_KEY
 from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
 from servers.s3_server import SECOND_WRITER
-from storage_support import s3a_conf, start_s3, stop_server
+from storage_support import REQUEST_LINE, s3_client, s3a_conf, start_s3, stop_server
 from support import S3A_CLASSPATH, session_conf
 
 SERVER_SIDE_KEY = "spark.batchlog.compaction.serverSide"
-REQUEST = re.compile(r'"(?:\x1b\[[0-9;]*m)*([A-Z]+) (\S+) HTTP/')  # werkzeug's log line
 BIG = 15_000  # entries of batches 0 and 1: 2.compact is ~10 MiB (server-side from 8 MiB)
 
 
@@ -42,13 +39,7 @@ class Store:
         self.endpoint = endpoint
         self.faults = faults
         self.log = log
-        self.client = boto3.client(
-            "s3",
-            endpoint_url=endpoint,
-            region_name="us-east-1",
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
-        )
+        self.client = s3_client(endpoint)
 
     def bucket(self) -> str:
         """A new bucket, its ``s3a://`` settings per bucket (they do not touch other tests')."""
@@ -71,7 +62,7 @@ class Store:
     def requests(self) -> list[tuple[str, str]]:
         """(method, path) of every request the server logged so far, in order."""
         lines = self.log.read_text(errors="replace").splitlines()
-        return [(m.group(1), m.group(2)) for m in map(REQUEST.search, lines) if m]
+        return [(m.group(1), m.group(2)) for m in map(REQUEST_LINE.search, lines) if m]
 
     def get(self, bucket: str, key: str) -> bytes:
         return bytes(self.client.get_object(Bucket=bucket, Key=key)["Body"].read())

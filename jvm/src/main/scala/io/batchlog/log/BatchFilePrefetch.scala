@@ -29,15 +29,9 @@ private[log] object BatchFilePrefetch {
   /** Parallel reads at most. */
   private val Threads = 8
 
-  /** An object store: not a local disk, not HDFS. */
-  def applies(dir: Path): Boolean = {
-    val scheme = dir.toUri.getScheme
-    scheme != null && scheme != "file" && scheme != "hdfs"
-  }
-
   /** The bytes of the batch files `ids` of log directory `dir` that could be read ahead, by id. */
   def apply(fs: FileSystem, dir: Path, ids: Seq[Long]): Map[Long, Array[Byte]] =
-    if (ids.isEmpty || !applies(dir)) Map.empty
+    if (ids.isEmpty || !ObjectStorePublish.mayBeObjectStore(dir)) Map.empty
     else {
       val wanted = ids.map(_.toString).toSet
       val listed =

@@ -57,12 +57,20 @@ private[log] object ObjectStorePublish extends Logging {
   private val abortable = ConcurrentHashMap.newKeySet[String]()
 
   /**
+   * Whether `path` (qualified) may be on an object store: its scheme is neither the local disk's
+   * nor HDFS's (what each request costs there is a round trip).
+   */
+  def mayBeObjectStore(path: Path): Boolean = {
+    val scheme = path.toUri.getScheme
+    scheme != null && scheme != "file" && scheme != "hdfs"
+  }
+
+  /**
    * The file system of `file` if it is an object store that publishes a file whole on close; None
    * elsewhere (or with no session to take the Hadoop settings from: the manager's way then).
    */
-  def storeOf(file: Path): Option[FileSystem] = {
-    val uri = file.toUri
-    if (uri.getScheme == null || uri.getScheme == "file" || uri.getScheme == "hdfs") None
+  def storeOf(file: Path): Option[FileSystem] =
+    if (!mayBeObjectStore(file)) None
     else
       SparkSession.getActiveSession.orElse(SparkSession.getDefaultSession).flatMap { spark =>
         try {
@@ -75,7 +83,6 @@ private[log] object ObjectStorePublish extends Logging {
           } else None
         } catch { case NonFatal(_) => None }
       }
-  }
 
   /**
    * True if `fs` can create `file` only if it is absent, in one request: it declares the capability
