@@ -19,7 +19,9 @@ the run within 10% of the second tenth's), and the commit latency's p99 over the
 1.5x of the second tenth's.
 
 ``--connect-batches`` then runs the same loop for a shorter stretch through a Spark Connect server
-(Spark's own, started here with the batchlog jar, stopped by PID), judged the same way.
+(Spark's own, started here with the batchlog jar, stopped by PID), judged the same way, with the
+share of ``--short-runs`` its batches are of ``--batches`` (``--batches 0``: the Connect stretch
+alone, with all ``--short-runs``).
 
 Usage: python bench/soak.py [--batches 10000] [--round 500] [--short-runs 200]
        [--connect-batches 2000] [--connect-round N] [--work DIR] [--json FILE] [--plot FILE]
@@ -473,7 +475,9 @@ def run_connect(work: Path, args: argparse.Namespace) -> Run:
                 work / "connect",
                 args.connect_batches,
                 args.connect_round or args.round,
-                args.short_runs * args.connect_batches // args.batches,
+                args.short_runs * args.connect_batches // args.batches
+                if args.batches
+                else args.short_runs,
             )
         finally:
             spark.stop()
@@ -504,16 +508,19 @@ def main(argv: list[str] | None = None) -> int:
     work = args.work or Path(tempfile.mkdtemp(prefix="batchlog-soak-"))
     runs = []
     try:
-        spark, pid = classic_session()
-        try:
-            runs.append(
-                soak(spark, pid, "py4j", work / "py4j", args.batches, args.round, args.short_runs)
-            )
-            if args.heap_dump:
-                dump = args.heap_dump.resolve()
-                subprocess.run(["jcmd", str(pid), "GC.heap_dump", str(dump)], check=True)
-        finally:
-            spark.stop()
+        if args.batches > 0:
+            spark, pid = classic_session()
+            try:
+                runs.append(
+                    soak(
+                        spark, pid, "py4j", work / "py4j", args.batches, args.round, args.short_runs
+                    )
+                )
+                if args.heap_dump:
+                    dump = args.heap_dump.resolve()
+                    subprocess.run(["jcmd", str(pid), "GC.heap_dump", str(dump)], check=True)
+            finally:
+                spark.stop()
         if args.connect_batches > 0:
             runs.append(run_connect(work, args))
     finally:

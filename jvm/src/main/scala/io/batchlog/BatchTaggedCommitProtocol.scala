@@ -54,8 +54,13 @@ class BatchTaggedCommitProtocol(jobId: String, path: String)
   override def setupManifestOptions(fileLog: FileStreamSinkLog, batchId: Long): Unit = {
     super.setupManifestOptions(fileLog, batchId)
     val spark = SparkSession.active
-    this.sinkLog = BatchTaggedFileStreamSinkLog.forSink(spark, fileLog)
-    this.guard = WriterGuard.forSink(spark, fileLog, sinkLog)
+    this.guard =
+      try WriterGuard.forSink(spark, fileLog, batchId)
+      catch {
+        case e: BatchLogException =>
+          throw e.withOutcome(s"Batch $batchId was not written to the sink; nothing was changed.")
+      }
+    this.sinkLog = guard.taggedLog
     this.batchId = batchId
   }
 

@@ -23,7 +23,8 @@ import io.batchlog.log.{
 /**
  * Keeps one run of a streaming query the only writer of its sink, and makes it stop before it
  * commits when another process changed the sink under it. One guard per sink log, i.e. per query
- * run (Spark builds a new sink, hence a new log, at every start).
+ * run (Spark builds a new sink, hence a new log, at every start), and it goes when the run's thread
+ * ends ([[WriterGuard.forSink]]).
  *
  * Before the first batch of the run ([[beforeBatch]]):
  *   - an unfinished rewind or repair ([[HeadStart.unfinishedOperation]]) refuses the batch;
@@ -52,27 +53,34 @@ import io.batchlog.log.{
  * create-once claim of the next log id ([[BatchTaggedFileStreamSinkLog.claimNext]]).
  */
 final class WriterGuard private (
-    log: BatchTaggedFileStreamSinkLog,
+    val taggedLog: BatchTaggedFileStreamSinkLog,
     queryId: String,
     runId: String,
     timeoutMs: Long,
     fenceWaitMs: Long,
     clock: Clock
 ) extends Logging {
-  private val fm: CheckpointFileManager = log.checkpointFileManager
-  private[commit] val meta: Path = log.metadataPath
+  private val fm: CheckpointFileManager = taggedLog.checkpointFileManager
+  private[commit] val meta: Path = taggedLog.metadataPath
   private def sink: String = meta.getParent.toString
 
   @volatile private var epoch: Option[Long] = None
   @volatile private var currentBatch = -1L
 
   /**
-   * True once the run's lease keeper started. Not the keeper thread itself: that thread holds the
-   * query's thread, hence the query and its sink, and the guard must not, or it would keep them
-   * after the run ended (the guard lives as long as Spark's log of the sink:
-   * [[WriterGuard.bySink]]).
+   * True once the run took its lease, from when its watcher ([[watch]]) refreshes it. Not the
+   * watcher thread itself: that thread holds the query's thread, hence the query and its sink, and
+   * the guard must not, or a guard kept weakly by Spark's log of the sink ([[WriterGuard.bySink]])
+   * would keep that log, hence itself.
    */
-  private var keeping = false
+  @volatile private var keeping = false
+
+  /**
+   * True once the run's thread ended ([[watch]]): from then on this guard refuses every batch and
+   * commit. Nothing in Spark calls it then; this is the guard's own word that an ended run never
+   * writes, whoever still holds it.
+   */
+  @volatile private var ended = false
 
   /** When (this JVM's monotonic clock) the last lease write that succeeded started. */
   @volatile private var lastRefreshNanos = 0L
@@ -82,9 +90,10 @@ final class WriterGuard private (
   @volatile private var lost: Option[String] = None
 
   /** Reads the sink's record from the first check on (the run's first batch writes it). */
-  private lazy val record = new SinkRecord.Watched(log.fileSystem, meta)
+  private lazy val record = new SinkRecord.Watched(taggedLog.fileSystem, meta)
 
   def beforeBatch(batchId: Long): Unit = synchronized {
+    requireRunning(batchId)
     currentBatch = batchId
     // Checked at the run's first batch; from then on each commit re-reads the record, which every
     // rewind, takeover and repair changes before it changes anything else.
@@ -97,7 +106,7 @@ final class WriterGuard private (
     SinkRecord.migrate(fm, meta) // a sink last written before records moved to _batchlog/
     val now = clock.currentTimeMillis()
     val record = this.record.read() match {
-      case None => claim(batchId, None, SinkRecord.first(queryId, batchId, log.interval, now))
+      case None => claim(batchId, None, SinkRecord.first(queryId, batchId, taggedLog.interval, now))
       case Some(r) if r.owner.isEmpty =>
         // written by repair when the damaged log named no owner: this query claims it
         claim(batchId, Some(r), r.copy(owners = List(SinkOwner(queryId, batchId, now))))
@@ -105,8 +114,8 @@ final class WriterGuard private (
         checkOwner(r, batchId)
         // The interval in force is derived from the compact files, as Spark does; keep the
         // record true so that a repair rebuilds the layout this query reads.
-        if (r.compactInterval == log.interval) r
-        else claim(batchId, Some(r), r.copy(compactInterval = log.interval))
+        if (r.compactInterval == taggedLog.interval) r
+        else claim(batchId, Some(r), r.copy(compactInterval = taggedLog.interval))
     }
     checkEpoch(record, batchId)
     WriterLease.read(fm, meta).filter(l => l.queryId != queryId).foreach { other =>
@@ -119,8 +128,7 @@ final class WriterGuard private (
       }
     }
     writeLease()
-    log.beforePublish = (file: Path) => requireLease(currentBatch)
-    startKeeper(Thread.currentThread())
+    taggedLog.beforePublish = (file: Path) => requireLease(currentBatch)
     keeping = true
   }
 
@@ -161,6 +169,7 @@ final class WriterGuard private (
    * before each batch, before each commit, and again right before the log file is published.
    */
   def requireLease(batchId: Long): Unit = {
+    requireRunning(batchId)
     lost.foreach(why => throw BatchLogException.writerLeaseLost(sink, batchId, why))
     val age = clock.elapsedMs(lastRefreshNanos)
     val limit = WriterLease.selfFenceMs(timeoutMs)
@@ -173,6 +182,9 @@ final class WriterGuard private (
       )
     }
   }
+
+  private def requireRunning(batchId: Long): Unit =
+    if (ended) throw BatchLogException.writerLeaseLost(sink, batchId, WriterGuard.RunEnded)
 
   /** A refused publish of `batchId`'s log file: the sink changed if its record did. */
   def afterRefusedPublish(batchId: Long, e: BatchLogException): Nothing = {
@@ -231,37 +243,50 @@ final class WriterGuard private (
   }
 
   /**
-   * Refreshes the lease every refresh interval while `queryThread` (the query's micro-batch thread)
-   * lives, then removes it. A refresh that fails, or a lease that names another run (taken over or
-   * removed by a forced rewind), ends the refreshing: the lease is lost, and the query's next check
-   * ([[requireLease]]) fails it. A refresh that stalls is caught by the same check, by its age.
+   * Watches the run from its guard's creation: while `queryThread` (the query's micro-batch thread)
+   * lives it refreshes the lease every refresh interval, once the run took it ([[keeping]]); when
+   * the thread ends it removes the lease, marks this guard [[ended]] and calls `release`, which
+   * drops the run's guard and log from the JVM's maps ([[WriterGuard.forSink]]). A refresh that
+   * fails, or a lease that names another run (taken over or removed by a forced rewind), ends the
+   * refreshing: the lease is lost, and the query's next check ([[requireLease]]) fails it. A
+   * refresh that stalls is caught by the same check, by its age.
    */
-  private def startKeeper(queryThread: Thread): Thread = {
+  private def watch(queryThread: Thread, release: () => Unit): Unit = {
     WriterGuard.runsHere.put(runId, queryThread)
     val t = new Thread(s"batchlog-writer-lease-$runId") {
-      override def run(): Unit = {
-        while (lost.isEmpty && queryThread.isAlive) {
-          queryThread.join(WriterLease.refreshIntervalMs(timeoutMs))
-          try {
-            val ours = WriterLease.read(fm, meta).exists(_.runId == runId)
-            if (!ours) lost = Some(s"its lease ${WriterLease.path(meta)} names another run now")
-            else if (queryThread.isAlive) writeLease()
-          } catch {
-            case e: Exception =>
-              lost = Some(s"a refresh of its lease ${WriterLease.path(meta)} failed: $e")
-              logWarning(s"Could not refresh the writer lease of $sink", e)
+      override def run(): Unit =
+        try {
+          while (lost.isEmpty && queryThread.isAlive) {
+            queryThread.join(WriterLease.refreshIntervalMs(timeoutMs))
+            if (keeping) {
+              try {
+                val ours = WriterLease.read(fm, meta).exists(_.runId == runId)
+                if (!ours) lost = Some(s"its lease ${WriterLease.path(meta)} names another run now")
+                else if (queryThread.isAlive) writeLease()
+              } catch {
+                case e: Exception =>
+                  lost = Some(s"a refresh of its lease ${WriterLease.path(meta)} failed: $e")
+                  logWarning(s"Could not refresh the writer lease of $sink", e)
+              }
+            }
           }
+          queryThread.join()
+          ended = true // refused from now on, before its lease goes
+          if (keeping) {
+            try
+              if (WriterLease.read(fm, meta).exists(_.runId == runId)) WriterLease.delete(fm, meta)
+            catch {
+              case e: Exception => logWarning(s"Could not remove the writer lease of $sink", e)
+            }
+          }
+        } finally {
+          ended = true
+          WriterGuard.runsHere.remove(runId)
+          release()
         }
-        queryThread.join()
-        try if (WriterLease.read(fm, meta).exists(_.runId == runId)) WriterLease.delete(fm, meta)
-        catch {
-          case e: Exception => logWarning(s"Could not remove the writer lease of $sink", e)
-        } finally WriterGuard.runsHere.remove(runId)
-      }
     }
     t.setDaemon(true)
     t.start()
-    t
   }
 }
 
@@ -286,34 +311,61 @@ object WriterGuard {
   def isDeadHere(runId: String): Boolean =
     Option(runsHere.get(runId)).exists(!_.isAlive)
 
+  /** Why an ended run's guard refuses ([[requireRunning]], [[forSink]]). */
+  private val RunEnded =
+    "its query run has ended; a run's guard is not made again for it, so nothing it still has " +
+      "is committed"
+
   /**
-   * The guard of each sink, keyed weakly by Spark's log of the sink, which lives as long as the
-   * sink: one query run. The guard holds batchlog's log of the sink, never Spark's, so the entry
-   * goes with the run. (Keyed by batchlog's log, which the guard holds, no entry ever went.)
+   * The guard of each running query run's sink, keyed by Spark's log of the sink (one per run:
+   * Spark builds a new sink at every start). The entry is removed when the run's thread ends
+   * ([[watch]]), with batchlog's log of the run ([[BatchTaggedFileStreamSinkLog.release]]), whoever
+   * still holds Spark's query: the Spark Connect server keeps every stopped query, hence its sink
+   * and Spark's log, for an hour after its last access
+   * (`SparkConnectService.streamingSessionManager`), and a map that only let go of a run with
+   * Spark's log kept each run's guard, log and cached indexes that long. The keys are weak as well,
+   * for a guard whose run never ends while its caller lives (a commit protocol driven outside a
+   * query), and the guard holds batchlog's log of the sink, never Spark's, so that such an entry
+   * still goes with Spark's log.
    */
   private val bySink = new java.util.WeakHashMap[FileStreamSinkLog, WriterGuard]()
+
+  /**
+   * Spark's logs of the runs that ended here, guarded by `bySink`'s lock: [[forSink]] refuses them,
+   * so that a run whose guard and lease went never gets a fresh guard that would commit. Weak keys
+   * to a constant: an entry costs a few dozen bytes while Spark keeps that run's query.
+   */
+  private val endedRuns = new java.util.WeakHashMap[FileStreamSinkLog, java.lang.Boolean]()
 
   /** The sinks (their `_spark_metadata` paths) with a guard in this JVM. */
   private[batchlog] def guardedSinks: Seq[Path] =
     bySink.synchronized(bySink.values().toArray(Array.empty[WriterGuard]).toSeq.map(_.meta))
 
   /**
-   * The guard of the run writing the sink of `sinkLog` (Spark's log) through `log` (batchlog's);
-   * the ids come from the query's thread.
+   * The guard of the run writing the sink of `sinkLog` (Spark's log), committing through its
+   * [[taggedLog]] (batchlog's, [[BatchTaggedFileStreamSinkLog.forSink]]). Called on the query's
+   * thread (Spark's sink sets up its committer there, before each batch): the ids come from that
+   * thread, and the first call of a run starts the guard's watcher of that thread, which drops the
+   * guard and the log when the thread ends. A run that ended is refused (`WRITER_LEASE_LOST`) at
+   * `batchId`, never given a new guard.
    */
-  def forSink(
-      spark: SparkSession,
-      sinkLog: FileStreamSinkLog,
-      log: BatchTaggedFileStreamSinkLog
-  ): WriterGuard =
+  def forSink(spark: SparkSession, sinkLog: FileStreamSinkLog, batchId: Long): WriterGuard =
     bySink.synchronized {
-      var g = bySink.get(sinkLog)
-      if (g == null) {
+      if (endedRuns.containsKey(sinkLog)) {
+        throw BatchLogException.writerLeaseLost(
+          sinkLog.metadataPath.getParent.toString,
+          batchId,
+          RunEnded
+        )
+      }
+      val existing = bySink.get(sinkLog)
+      if (existing != null) existing
+      else {
         val sc = spark.sparkContext
         val queryId = Option(sc.getLocalProperty(QueryIdProperty)).getOrElse("unknown")
         val runId = Option(sc.getLocalProperty(JobGroupProperty)).getOrElse(queryId)
-        g = new WriterGuard(
-          log,
+        val g = new WriterGuard(
+          BatchTaggedFileStreamSinkLog.forSink(spark, sinkLog),
           queryId,
           runId,
           BatchLogConf.writerLeaseTimeoutMs(spark),
@@ -321,7 +373,16 @@ object WriterGuard {
           Clock.current
         )
         bySink.put(sinkLog, g)
+        g.watch(Thread.currentThread(), () => runEnded(sinkLog, g))
+        g
       }
-      g
+    }
+
+  /** The run of `guard` ended: its guard and log go, and `sinkLog` gets no guard again. */
+  private def runEnded(sinkLog: FileStreamSinkLog, guard: WriterGuard): Unit =
+    bySink.synchronized {
+      endedRuns.put(sinkLog, java.lang.Boolean.TRUE)
+      if (bySink.get(sinkLog) eq guard) bySink.remove(sinkLog)
+      BatchTaggedFileStreamSinkLog.release(sinkLog, guard.taggedLog)
     }
 }

@@ -457,6 +457,12 @@ object BatchTaggedFileStreamSinkLog {
   def forOutput(spark: SparkSession, outputPath: String): BatchTaggedFileStreamSinkLog =
     new BatchTaggedFileStreamSinkLog(spark, metadataPathOf(spark, outputPath).toString)
 
+  /**
+   * The tagged log of each running query run's sink, keyed by Spark's log of the sink (one per
+   * run). The run's writer guard removes the entry when the run's thread ends ([[release]]),
+   * whoever still holds Spark's query (the Spark Connect server keeps a stopped query for an hour);
+   * the weak keys only cover a log whose run never ended, so that it goes with Spark's log.
+   */
   private val bySink = new java.util.WeakHashMap[FileStreamSinkLog, BatchTaggedFileStreamSinkLog]()
 
   /** The sinks (their `_spark_metadata` paths) whose running query has a log in this JVM. */
@@ -466,7 +472,7 @@ object BatchTaggedFileStreamSinkLog {
 
   /**
    * The tagged log that commits for the sink owning `sinkLog`, one per sink (the commit protocol is
-   * re-created each batch; the log, like Spark's, lives as long as the sink).
+   * re-created each batch; the log, like Spark's, lives as long as the sink's run).
    */
   def forSink(spark: SparkSession, sinkLog: FileStreamSinkLog): BatchTaggedFileStreamSinkLog =
     bySink.synchronized {
@@ -480,5 +486,14 @@ object BatchTaggedFileStreamSinkLog {
         bySink.put(sinkLog, log)
       }
       log
+    }
+
+  /**
+   * The run that committed through `log` for `sinkLog` ended: its entry goes, with the indexes and
+   * proofs it cached (the writer guard's call, once the run's thread ended).
+   */
+  def release(sinkLog: FileStreamSinkLog, log: BatchTaggedFileStreamSinkLog): Unit =
+    bySink.synchronized {
+      if (bySink.get(sinkLog) eq log) bySink.remove(sinkLog)
     }
 }

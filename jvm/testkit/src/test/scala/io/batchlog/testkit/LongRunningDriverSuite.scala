@@ -6,9 +6,17 @@ import scala.collection.mutable
 
 import org.apache.hadoop.fs.Path
 
-import io.batchlog.{BatchLogConf, BatchLogException, SparkSessionTestBase}
+import org.apache.spark.sql.streaming.StreamingQuery
+
+import io.batchlog.{
+  BatchLogConf,
+  BatchLogException,
+  BatchTaggedCommitProtocol,
+  SparkSessionTestBase
+}
 import io.batchlog.commit.WriterGuard
 import io.batchlog.log.{BatchTaggedFileStreamSinkLog, CompactIndex, SinkLogEntry}
+import io.batchlog.shim.{FileStreamSink, FileStreamSinkLog}
 import io.batchlog.testshim.intStream
 
 /**
@@ -40,8 +48,11 @@ class LongRunningDriverSuite extends SparkSessionTestBase {
   private def ours(root: File, paths: Seq[Path]): Seq[Path] =
     paths.filter(_.toString.contains(root.getName + "/"))
 
-  /** Runs one query over 3 batches to its own sink under `root`; true if it was guarded. */
-  private def runOnce(root: File, i: Int): Boolean = {
+  /**
+   * Runs one query over 3 batches to its own sink under `root` and stops it; the query (stopped),
+   * and whether the run was guarded while it ran.
+   */
+  private def runOnce(root: File, i: Int): (StreamingQuery, Boolean) = {
     val out = new File(root, s"out-$i")
     val input = intStream(spark, 1)
     val q = input.toDF().writeStream.format("parquet")
@@ -59,13 +70,13 @@ class LongRunningDriverSuite extends SparkSessionTestBase {
     while (lease.exists() && System.currentTimeMillis() < deadline) Thread.sleep(20)
     assert(!lease.exists(), s"$lease is still there 30 s after its query stopped")
     assert(spark.read.parquet(out.toString).count() == 3)
-    guarded
+    (q, guarded)
   }
 
   test("a query run's writer guard and log go when the run ends: none kept per run") {
     withTempDir { root =>
       val runs = 4
-      assert((0 until runs).map(runOnce(root, _)) == Seq.fill(runs)(true))
+      assert((0 until runs).map(runOnce(root, _)._2) == Seq.fill(runs)(true))
       assert(
         afterGc(
           ours(root, WriterGuard.guardedSinks).isEmpty &&
@@ -75,6 +86,56 @@ class LongRunningDriverSuite extends SparkSessionTestBase {
           s"${ours(root, WriterGuard.guardedSinks)}, logs " +
           ours(root, BatchTaggedFileStreamSinkLog.loggedSinks)
       )
+    }
+  }
+
+  /** The value of the first field of `obj` (its class or a superclass) holding a `T`. */
+  private def fieldOf[T](obj: AnyRef, cls: Class[T]): T = {
+    val fields = Iterator
+      .iterate[Class[_]](obj.getClass)(_.getSuperclass)
+      .takeWhile(_ != null)
+      .flatMap(_.getDeclaredFields)
+    fields
+      .map { f => f.setAccessible(true); f.get(obj) }
+      .collectFirst { case v if cls.isInstance(v) => cls.cast(v) }
+      .getOrElse(fail(s"no ${cls.getName} in $obj"))
+  }
+
+  test("a run's guard and log go when it ends while its stopped query is still held") {
+    // A Spark Connect server keeps every stopped query for an hour after its last access
+    // (SparkConnectService.streamingSessionManager), and with it the query's sink and Spark's log
+    // of the sink, which keyed the guard and the log. Here the test holds the queries.
+    withTempDir { root =>
+      val runs = 3
+      val held = (0 until runs).map(runOnce(root, _))
+      assert(held.map(_._2) == Seq.fill(runs)(true))
+      val deadline = System.currentTimeMillis() + 30000
+      while (
+        (ours(root, WriterGuard.guardedSinks).nonEmpty ||
+          ours(root, BatchTaggedFileStreamSinkLog.loggedSinks).nonEmpty) &&
+        System.currentTimeMillis() < deadline
+      ) Thread.sleep(20)
+      assert(
+        ours(root, WriterGuard.guardedSinks).isEmpty &&
+          ours(root, BatchTaggedFileStreamSinkLog.loggedSinks).isEmpty,
+        s"still held 30 s after $runs runs ended, their queries held: guards " +
+          s"${ours(root, WriterGuard.guardedSinks)}, logs " +
+          ours(root, BatchTaggedFileStreamSinkLog.loggedSinks)
+      )
+
+      // Spark's log of the first run's sink, still reachable from its stopped query: a committer
+      // set up with it is refused, and no guard or log comes back for that run.
+      val execution = held.head._1.getClass.getMethod("streamingQuery").invoke(held.head._1)
+      val sink = fieldOf(execution, classOf[FileStreamSink])
+      val sparkLog = fieldOf(sink, classOf[FileStreamSinkLog])
+      val p = new BatchTaggedCommitProtocol("1", new File(root, "out-0").toString)
+      val e = intercept[BatchLogException](p.setupManifestOptions(sparkLog, 3L))
+      assert(e.code == BatchLogException.WriterLeaseLost, e.getMessage)
+      assert(e.getMessage.contains("its query run has ended"), e.getMessage)
+      assert(e.getMessage.contains("Batch 3 was not written to the sink"), e.getMessage)
+      assert(ours(root, WriterGuard.guardedSinks).isEmpty)
+      assert(ours(root, BatchTaggedFileStreamSinkLog.loggedSinks).isEmpty)
+      assert(spark.read.parquet(new File(root, "out-0").toString).count() == 3)
     }
   }
 
