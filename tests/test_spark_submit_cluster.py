@@ -87,7 +87,9 @@ def _alive_workers(webui_port: int) -> list[dict[str, object]]:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{webui_port}/json/", timeout=5) as r:
             status = json.load(r)
-    except OSError:
+    except (OSError, ValueError):
+        # Not up yet; or an HTML page where the JSON was asked for (seen once, on a loaded
+        # machine, while the master started): asked again until the timeout.
         return []
     return [w for w in status.get("workers", []) if w.get("state") == "ALIVE"]
 
