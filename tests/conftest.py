@@ -58,6 +58,36 @@ UUID_RE = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 LOCAL_BLOCK_SIZE = 32 * 1024 * 1024  # Hadoop's local file system default block size
 
 
+# ---- order ------------------------------------------------------------------------------------
+
+#: The modules that take minutes, longest first (measured: `--durations`). dev/test runs the suite
+#: in several processes (pytest-xdist, ``--dist loadfile``: a module stays in one process, whose
+#: fixtures it shares), and each process takes the next module when it is free; started first,
+#: the long ones end together instead of one of them alone at the end.
+LONG_MODULES = [
+    "test_repair_swap.py",
+    "test_repair_no_memory.py",
+    "test_integrity_writers.py",
+    "test_delta_coexistence.py",
+    "test_rewind_crash.py",
+    "test_storage.py",
+    "test_crash_kill.py",
+    "test_head_start.py",
+    "test_integrity_repair.py",
+    "test_docs_blocks.py",
+    "test_spark_submit_cluster.py",
+]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In a pytest-xdist worker, the long modules first (a stable sort: each module's own order,
+    and the other modules' names, kept). A run in one process keeps the file order."""
+    if not hasattr(config, "workerinput"):
+        return
+    rank = {name: i for i, name in enumerate(LONG_MODULES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
 # ---- fixtures ----------------------------------------------------------------------------------
 
 
