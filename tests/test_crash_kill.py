@@ -50,7 +50,6 @@ def _cmd(inp: Path, out: Path, chk: Path, jars: str, stall_compact: bool) -> lis
         "spark.sql.streaming.minBatchesToRetain": "2",
         # Through the Hadoop conf (spark.hadoop.*), where Spark looks the class up.
         "spark.hadoop.spark.sql.streaming.checkpointFileManagerClass": FAULT_MANAGER,
-        "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
     }
     if stall_compact:
         # Hold every compact file between "fully written to its temp file" and "published":

@@ -98,7 +98,6 @@ class Writer:
             "spark.ui.enabled": "false",
             "spark.sql.shuffle.partitions": "2",
             **SINK_CONFS,
-            "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
             **(confs or {}),
         }
         jars = batchlog.jar_path() + (f",{testkit_jar}" if testkit_jar else "")

@@ -50,7 +50,6 @@ def _submit(args: list[str], confs: dict[str, str], jars: str, log: Path) -> sub
         "spark.ui.enabled": "false",
         "spark.sql.shuffle.partitions": "1",
         "spark.sql.streaming.schemaInference": "true",
-        "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
     }
     for k, v in {**base, **confs}.items():
         cmd += ["--conf", f"{k}={v}"]
