@@ -16,6 +16,7 @@ import json
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +54,7 @@ class Store:
         )
         return name
 
-    def inject(self, **faults: bool) -> None:
+    def inject(self, **faults: bool | int) -> None:
         self.faults.write_text(json.dumps(faults))
 
     def uploads_in_progress(self, bucket: str) -> list[Any]:
@@ -219,6 +220,55 @@ def test_server_side_compaction_writes_the_client_path_bytes(
     with session_conf(spark, {SERVER_SIDE_KEY: "false"}):
         summary = batchlog.SinkLog(spark, f"s3a://{bucket}/out").inspect()
     assert summary.compaction == f"client-side copy ({SERVER_SIDE_KEY} is false)"
+
+
+@contextmanager
+def copy_parts(spark: SparkSession, part_bytes: int) -> Iterator[None]:
+    """Server-side copies in parts of ``part_bytes`` (the JVM default is 64 MiB)."""
+    jvm = spark._jvm
+    assert jvm is not None
+    copy = getattr(getattr(jvm.io.batchlog.log, "ObjectStoreCopy$"), "MODULE$")  # the object
+    was = copy.copyPartBytes()
+    getattr(copy, "copyPartBytes_$eq")(part_bytes)
+    try:
+        yield
+    finally:
+        getattr(copy, "copyPartBytes_$eq")(was)
+
+
+MIB5 = 5 * 2**20
+
+
+def test_a_long_stretch_is_copied_as_parts_at_once_and_a_failed_part_aborts_all(
+    spark: SparkSession, store: Store
+) -> None:
+    """A stretch of 2.compact (~20 MiB) is copied as three parts of 5 MiB or more, sent at once:
+    the bytes are the client path's. Then the store fails part 2 while the others are copied:
+    the upload is aborted once the parts in flight are done (no upload is left open), nothing is
+    published by it, and the client-side path writes the same bytes."""
+    kw: dict[str, Any] = {"sizes": (2 * BIG, 2 * BIG)}
+    expected = reference(spark, store, **kw)
+    with copy_parts(spark, MIB5):
+        bucket = store.bucket()
+        before = stats(spark)
+        log = build(spark, f"s3a://{bucket}/out", server_side=True, **kw)
+        d = delta(before, stats(spark))
+        prev = len(log.bytes_of("2.compact"))
+        assert log.bytes_of("5.compact") == expected
+        assert d["compactions"] == 1 and d["fallbacks"] == 0, d
+        assert d["partsCopied"] == prev // MIB5 == 3 and d["bytesCopied"] == prev, d
+        assert store.uploads_in_progress(bucket) == []
+
+        store.inject(fail_copy_part=2)
+        bucket = store.bucket()
+        before = stats(spark)
+        log = build(spark, f"s3a://{bucket}/out", server_side=True, **kw)
+        d = delta(before, stats(spark))
+        assert d["compactions"] == 0 and d["fallbacks"] == 1, d
+        assert d["partsCopied"] <= 2, d  # part 2 failed; parts not yet sent are not sent
+        assert store.uploads_in_progress(bucket) == []
+        assert log.bytes_of("5.compact") == expected
+        assert log.spark_entries() == 4 * BIG + (40 + 3) + (40 + 4)
 
 
 def test_failure_mid_upload_aborts_it_and_the_next_compaction_copies(

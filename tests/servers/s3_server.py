@@ -20,6 +20,8 @@ absent or ``{}``: none), for the server-side compaction tests:
   without ranged part copies);
 - ``"fail_upload_part": true``: every ``UploadPart`` (a part whose bytes are sent) is 403
   AccessDenied: a failure in the middle of a multipart upload, after its copied parts;
+- ``"fail_copy_part": N``: the ``UploadPartCopy`` of part N is 500 InternalError (a store error
+  while other parts of the same stretch are being copied);
 - ``"rewrite_copy_source": true``: before each ``UploadPartCopy``, its source object is rewritten
   with one byte changed (a previous compact file damaged or replaced under the copy);
 - ``"publish_before_complete": true``: before each ``CompleteMultipartUpload``, an object with the
@@ -94,6 +96,8 @@ def _with_faults(faults: Path) -> int:
                 if f.get("fail_upload_part"):
                     return error(start, "403 Forbidden", "AccessDenied")
             else:
+                if f.get("fail_copy_part") and f"partNumber={f['fail_copy_part']}&" in query + "&":
+                    return error(start, "500 Internal Server Error", "InternalError")
                 if f.get("refuse_copy_range") and "HTTP_X_AMZ_COPY_SOURCE_RANGE" in environ:
                     return error(start, "501 Not Implemented", "NotImplemented")
                 from urllib.parse import unquote
