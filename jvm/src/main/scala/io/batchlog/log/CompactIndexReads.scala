@@ -37,6 +37,15 @@ trait CompactIndexReads extends Logging { self: BatchTaggedFileStreamSinkLog =>
   private[batchlog] def cachedIndexIds: Seq[Long] = Newest.keys(indexes)
 
   /**
+   * Forgets every index, head and wait this instance cached. For a reader that is done while
+   * something still holds it (a stopped query, which a Spark Connect server keeps for an hour); a
+   * later lookup reads and proves them again.
+   */
+  def dropCachedIndexes(): Unit = {
+    indexes.clear(); heads.clear(); awaited.clear(); hasUntaggedLines.clear()
+  }
+
+  /**
    * The index of compact file `compactId`: the one on disk if it is proved
    * ([[CompactIndex.prove]]), else rebuilt by one scan of the file and kept in memory. Reading
    * never writes: only compaction, `adopt` (which rewrites compact files) and `repair` write index

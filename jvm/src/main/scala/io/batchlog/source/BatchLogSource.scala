@@ -39,7 +39,7 @@ import io.batchlog.ops.Horizon
  */
 final class BatchLogSource(
     spark: SparkSession,
-    sink: SinkRelations.Sink,
+    private[batchlog] val sink: SinkRelations.Sink,
     opts: SourceOptions.Parsed,
     override val schema: StructType,
     format: String,
@@ -190,7 +190,11 @@ final class BatchLogSource(
     SparkFrames.ofPlan(spark, SinkRelations.plan(relation, isStreaming = true))
   }
 
-  override def stop(): Unit = ()
+  /**
+   * Drops the sink log's cached compact indexes. A stopped query can stay reachable for long (a
+   * Spark Connect server keeps each for an hour), and with it this source.
+   */
+  override def stop(): Unit = sink.release()
 
   override def toString: String = s"batchlog[${sink.root}]"
 }

@@ -25,7 +25,21 @@ object SinkRelations {
   final class Sink(val spark: SparkSession, path: String) {
     val metadataPath: Path = BatchTaggedFileStreamSinkLog.metadataPathOf(spark, path)
     val root: Path = metadataPath.getParent
-    lazy val log = new BatchTaggedFileStreamSinkLog(spark, metadataPath.toString)
+    @volatile private var opened = false
+    lazy val log: BatchTaggedFileStreamSinkLog = {
+      opened = true
+      new BatchTaggedFileStreamSinkLog(spark, metadataPath.toString)
+    }
+
+    /** The compact ids whose index or index head the log holds (none if it was never opened). */
+    private[batchlog] def cachedIndexIds: Seq[Long] =
+      if (opened) (log.cachedIndexIds ++ log.cachedHeadIds).distinct else Nil
+
+    /**
+     * Drops what the log cached (its compact indexes), without opening a log never opened (that
+     * would create `_spark_metadata`). The sink stays usable: a later read reads them again.
+     */
+    def release(): Unit = if (opened) log.dropCachedIndexes()
 
     /**
      * The live entries of the batches in `range`, read through the log's index (only their runs of

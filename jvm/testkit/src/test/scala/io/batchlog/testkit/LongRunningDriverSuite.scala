@@ -139,6 +139,31 @@ class LongRunningDriverSuite extends SparkSessionTestBase {
     }
   }
 
+  test("a stopped batchlog source keeps no index of its sink, while its query is still held") {
+    // The downstream query a Connect server keeps for an hour holds its source, and the source
+    // its sink's log: the log's cached compact indexes go when the query stops.
+    withTempDir { root =>
+      runOnce(root, 0) // 3 batches, 2.compact
+      val q = spark.readStream.format("batchlog").schema("value INT")
+        .load(new File(root, "out-0").toString)
+        .writeStream.format("noop")
+        .option("checkpointLocation", new File(root, "chk-down").toString).start()
+      val source =
+        try {
+          q.processAllAvailable()
+          val execution = q.getClass.getMethod("streamingQuery").invoke(q)
+          val sources = execution.getClass.getMethod("sources").invoke(execution)
+          val found = sources.asInstanceOf[Seq[AnyRef]].collectFirst {
+            case s: io.batchlog.source.BatchLogSource => s
+          }
+          val s = found.getOrElse(fail(s"no batchlog source in $sources"))
+          assert(s.sink.cachedIndexIds == Seq(2L), "the running source reads through 2.compact")
+          s
+        } finally q.stop()
+      assert(source.sink.cachedIndexIds.isEmpty, source.sink.cachedIndexIds)
+    }
+  }
+
   private def entry(b: Long, i: Int): SinkLogEntry = SinkLogEntry(
     f"file:///out/part-0000$i-batch-$b-00000000-0000-0000-0000-${b * 10 + i}%012d.parquet",
     100L + i,
