@@ -36,7 +36,10 @@ from urllib.parse import urlparse
 import pytest
 from support import QUERY_TIMEOUT_S, REPO, batchlog, stop_group
 
-LINE = "4.2_2.13"
+#: The Spark line with a Delta Lake release to test next to (``dev/line delta-line``).
+LINE = subprocess.run(
+    [str(REPO / "dev" / "line"), "delta-line"], capture_output=True, text=True, check=True
+).stdout.strip()
 VENV = REPO / ".lines" / LINE / "delta"
 IVY = VENV / "ivy"
 #: Ivy resolves from Maven Central only (and --repositories): Spark's default chain also reads
