@@ -35,12 +35,12 @@ from support import (
 __all__ = ["PYTHON_DIR", "QUERY_TIMEOUT_S", "session_conf"]  # re-exported for the test modules
 
 #: Every Spark JVM the suite starts (pyspark's driver, ``spark-submit``, the Connect server) runs
-#: with the client compiler only and the serial collector, unless ``SPARK_SUBMIT_OPTS`` is set. The
-#: suite's JVMs live seconds to minutes on two cores, where C2's compiling and G1's concurrent
-#: threads cost more CPU than they save: ``test_repair_swap.py`` took 320 s of CPU with Spark's
-#: defaults and 194 s with these (209 -> 175 s wall). Neither flag changes what Spark or batchlog
-#: does; ``SPARK_SUBMIT_OPTS=" "`` runs the suite on the JVM's defaults.
-TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+#: with the test JVMs' flags (``project/test-jvm-options``: the client compiler only, the serial
+#: collector), unless ``SPARK_SUBMIT_OPTS`` is set. On two cores C2's compiling and G1's concurrent
+#: threads cost the suite's short JVMs more CPU than they save: ``test_repair_swap.py`` took 320 s
+#: of CPU with Spark's defaults and 194 s with these (209 -> 175 s wall). Neither flag changes what
+#: Spark or batchlog does; ``SPARK_SUBMIT_OPTS=" "`` runs the suite on the JVM's defaults.
+TEST_JVM_OPTIONS = (REPO / "project" / "test-jvm-options").read_text().strip()
 os.environ.setdefault("SPARK_SUBMIT_OPTS", TEST_JVM_OPTIONS)
 
 COMMIT_PROTOCOL_KEY = "spark.sql.streaming.commitProtocolClass"
