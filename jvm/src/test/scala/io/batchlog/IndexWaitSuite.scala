@@ -70,4 +70,30 @@ class IndexWaitSuite extends CompactIndexTestBase {
       assert(waits(api.log) === before)
     }
   }
+
+  test("a store clock minutes ahead: the wait stays bounded and once per compact file") {
+    // The store stamps 8.compact and both of 5's files 5 minutes ahead of this clock: 8.compact
+    // looks fresh (written "in the future"); the wait is still bounded by the previous index's
+    // gap (both stamps by the store's clock) and the grace, once, then the index is rebuilt.
+    withIndexedLog(batches = 9, compact = 8) { (root, _, good) =>
+      val ahead = 5 * 60 * 1000L
+      for (f <- Seq(metaFile(root, "5.compact"), metaFile(root, "8.compact"))) {
+        assert(f.setLastModified(System.currentTimeMillis() + ahead))
+      }
+      previousIndexTook(root, 1000) // a reader waits up to 2 x 1 s + 0.2 s, never beyond 3 s
+      Files.delete(indexFile(root, 8).toPath)
+      val api = BatchLog.forPath(spark, root.toString)
+      val before = waits(api.log)
+      val t0 = System.nanoTime()
+      assert(api.files(7).toSeq === entries(7, perBatch(7)).map(_.path).toSeq)
+      assert(api.files(6).toSeq === entries(6, perBatch(6)).map(_.path).toSeq)
+      val tookMs = (System.nanoTime() - t0) / 1000000L
+      assert(waits(api.log) === before + 1)
+      assert(tookMs >= 2000 && tookMs < 10000, s"$tookMs ms") // waited 2.2 s, once
+      // rebuilt in memory: the same runs, for the compact file's new time
+      assert(api.log.indexOf(8) === good.copy(compactModTime =
+        metaFile(root, "8.compact").lastModified()
+      ))
+    }
+  }
 }
