@@ -10,7 +10,10 @@ same state (the compact file it wrote deleted, a fresh log instance):
 - ``vanilla``: Spark's ``FileStreamSinkLog`` (reads and re-serialises every entry, writes through
   the checkpoint manager: a temp file and a rename, which S3A does as a copy);
 - ``batchlog``: batchlog's log with server-side compaction (``ObjectStoreCopy``: a multipart upload
-  whose big parts the store copies from the previous compact file);
+  whose big parts the store copies from the previous compact file, in parts of up to 64 MiB
+  copied at once);
+- ``batchlog-one-part``: the same, each stretch copied as one part (as before parts were copied
+  at once; on ``batchlog``'s log);
 - ``batchlog-client``: the same log with ``spark.batchlog.compaction.serverSide=false`` (the
   previous compact file copied through the driver, as on any file system);
 - ``copy``: a plain copy of the previous compact file through the driver (S3A read, S3A write):
@@ -31,7 +34,7 @@ objects' disk reclaimed by a vacuum before each timing, outside it). ``vanilla``
 ``--vanilla-max`` entries: it holds every entry in the driver's heap.
 
 Usage: python bench/s3_compaction.py [--server moto|seaweedfs] [--entries 100000,1000000]
-       [--repeat 3] [--new 1000] [--impls vanilla,batchlog,batchlog-client,copy]
+       [--repeat 3] [--new 1000] [--impls vanilla,batchlog,batchlog-one-part,batchlog-client,copy]
        [--vanilla-max 1000000] [--json FILE]
 """
 
@@ -66,7 +69,9 @@ from support import S3A_CLASSPATH  # noqa: E402
 
 BUCKET = "bench-compaction"
 INTERVAL = 10
-IMPLS = ("vanilla", "batchlog", "batchlog-client", "copy")
+IMPLS = ("vanilla", "batchlog", "batchlog-one-part", "batchlog-client", "copy")
+#: batchlog-one-part's copy parts: S3's largest, so a stretch is one part.
+ONE_PART = 5 * 2**30
 
 
 def line(b: int, i: int) -> str:
@@ -158,6 +163,9 @@ class Bench:
         self.requests = requests
         self.new = new
         self.reclaim = reclaim
+        #: batchlog's server-side copy (``ObjectStoreCopy``) and its default part size
+        self.store_copy = getattr(getattr(self.jvm.io.batchlog.log, "ObjectStoreCopy$"), "MODULE$")
+        self.part_bytes = int(self.store_copy.copyPartBytes())
         conf = spark._jsparkSession.sessionState().newHadoopConf()
         self.fs = self.jvm.org.apache.hadoop.fs.Path(f"s3a://{BUCKET}/").getFileSystem(conf)
 
@@ -230,6 +238,9 @@ class Bench:
             self.fs.delete(p, False)
         self.reclaim()
         self.server_side(impl)
+        getattr(self.store_copy, "copyPartBytes_$eq")(
+            ONE_PART if impl == "batchlog-one-part" else self.part_bytes
+        )
         run: Callable[[], None]
         if impl == "copy":
             util = self.jvm.org.apache.hadoop.fs.FileUtil
@@ -254,11 +265,13 @@ class Bench:
         ms = (time.perf_counter() - t0) * 1000
         r1, w1 = self.s3a_bytes()
         reqs = self.requests.take()
-        if impl == "batchlog":
+        if impl in ("batchlog", "batchlog-one-part"):
             after = self.copy_stats()
             done = {k: after[k] - before[k] for k in ("compactions", "fallbacks", "partsCopied")}
             if done["compactions"] != 1 or done["fallbacks"] or not done["partsCopied"]:
-                print(f"  ! batchlog: the server-side copy did not engage: {done}")
+                print(f"  ! {impl}: the server-side copy did not engage: {done}")
+            else:
+                print(f"  [{impl}: {done['partsCopied']} parts copied, {ms:,.0f} ms]")
         out: dict[str, float] = {
             "wall ms": ms,
             "requests": reqs,
@@ -325,8 +338,9 @@ def main() -> None:
                 if impl == "vanilla" and n > args.vanilla_max:
                     print(f"  [vanilla: not run above {args.vanilla_max:,} entries]")
                     continue
-                prefix = f"n{n}/{'batchlog' if impl == 'copy' else impl}"
-                if impl != "copy":
+                shared = impl in ("copy", "batchlog-one-part")  # on batchlog's log
+                prefix = f"n{n}/{'batchlog' if shared else impl}"
+                if not shared:
                     t0 = time.perf_counter()
                     bench.lay_out(impl, prefix, n)
                     print(f"  [{impl}: laid out in {time.perf_counter() - t0:.1f} s]")
