@@ -337,6 +337,47 @@ def test_the_batch_files_a_compaction_merges_are_one_get_each_read_at_once(
     assert log.bytes_of("5.compact") == reference(spark, store)
 
 
+def test_a_batch_file_over_the_read_ahead_budget_or_missing_is_left_to_the_compaction(
+    spark: SparkSession, store: Store
+) -> None:
+    """The read-ahead takes at most 16 MiB of batch files: a larger one is read by the compaction
+    itself, with the same lines as a result. A batch file that is missing is not read ahead, and
+    the compaction fails naming it, as without the read-ahead; nothing is published."""
+    bucket = store.bucket()
+    log = build(spark, f"s3a://{bucket}/out", server_side=True, upto=2)
+    with session_conf(spark, {COMPACT_INTERVAL_KEY: "3", SERVER_SIDE_KEY: "true"}):
+        log.batch_file(3, 52_000)
+        log.batch_file(4, 44)
+        assert log.fs.getFileStatus(log.path("3")).getLen() > 16 * 2**20
+        mark = len(store.requests())
+        log.compact(5)
+    time.sleep(0.5)  # the server logs a request after its response
+    since = store.requests()[mark:]
+    # (before the listing: the writer's check that batch 4 is logged, a HEAD)
+    listing = next(
+        i for i, (m, path) in enumerate(since) if path.endswith("&prefix=out/_spark_metadata/")
+    )
+    since = since[listing:]
+    key = f"/{bucket}/out/_spark_metadata/"
+    assert [m for m, path in since if path == key + "4"] == ["GET"], since  # read ahead
+    assert [m for m, path in since if path == key + "3"].count("GET") >= 1, since  # by itself
+    assert log.spark_entries() == 2 * BIG + 52_000 + 44
+    import batchlog
+
+    sink = batchlog.SinkLog(spark, f"s3a://{bucket}/out")
+    assert len(sink.files(3)) == 52_000 and len(sink.files(4)) == 44
+
+    bucket = store.bucket()
+    log = build(spark, f"s3a://{bucket}/out", server_side=True, upto=4)
+    log.fs.delete(log.path("3"), False)
+    with session_conf(spark, {COMPACT_INTERVAL_KEY: "3", SERVER_SIDE_KEY: "true"}):
+        with pytest.raises(Py4JJavaError) as failed:
+            log.compact(5)
+    assert f"s3a://{bucket}/out/_spark_metadata/3" in str(failed.value), str(failed.value)[:2000]
+    assert not log.fs.exists(log.path("5.compact"))
+    assert store.uploads_in_progress(bucket) == []
+
+
 class Refusal:
     """The writer's last check before it publishes a log file (``beforePublish``: where
     ``WriterGuard`` checks its lease), refusing, as it does for a writer whose lease went stale
