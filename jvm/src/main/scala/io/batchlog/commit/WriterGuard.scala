@@ -274,7 +274,21 @@ final class WriterGuard private (
           ended = true // refused from now on, before its lease goes
           if (keeping) {
             try
-              if (WriterLease.read(fm, meta).exists(_.runId == runId)) WriterLease.delete(fm, meta)
+              if (WriterLease.read(fm, meta).exists(_.runId == runId)) {
+                // Removed only while it is surely alive, as a commit is made (requireLease): after
+                // a stall past that (a pause, a hung request), an observer may have called it dead
+                // and a new writer may own the file by the time this delete lands. A stale lease
+                // left behind is taken over by the next writer after the timeout.
+                val age = clock.elapsedMs(lastRefreshNanos)
+                if (age <= WriterLease.selfFenceMs(timeoutMs)) WriterLease.delete(fm, meta)
+                else {
+                  logWarning(
+                    s"Left the writer lease of $sink in place: this run's last refresh started " +
+                      s"${age / 1000.0} s ago, so another writer may own it by now; the next " +
+                      s"writer takes it over once it has been unchanged for ${timeoutMs / 1000.0} s"
+                  )
+                }
+              }
             catch {
               case e: Exception => logWarning(s"Could not remove the writer lease of $sink", e)
             }

@@ -11,6 +11,7 @@ import org.apache.spark.sql.functions.{col, udf}
 import org.apache.spark.sql.streaming.{StreamingQuery, StreamingQueryException}
 
 import io.batchlog.{BatchLogConf, BatchLogException, ManualClock, RewindFixture}
+import io.batchlog.commit.WriterGuard
 import io.batchlog.SparkSessionTestBase
 import io.batchlog.TestLogs._
 import io.batchlog.log.{Clock, SinkRecord}
@@ -166,6 +167,36 @@ class WriterFencingSuite extends SparkSessionTestBase with RewindFixture {
         assert(s.batchFiles(1L).isEmpty)
         assert(s.rows == rowsOf(0).map(_.toLong).toSet)
       }
+    }
+  }
+
+  test("a run whose watcher stalled past its lease's age at the end leaves the lease in place") {
+    // The run ends after its watcher went 61 s (on its own clock) without a refresh: more than the
+    // 45 s a 60 s lease may go without one. By then an observer may have called the lease dead and
+    // a new writer may have taken it: the watcher must not delete the file. (A refresh every 15 s
+    // of real time does not come within this test.)
+    withTempDir { root =>
+      val s = Sink(root)
+      val clock = new ManualClock()
+      Clock.using(clock) {
+        withSQLConf(WriterLeaseTimeoutKey -> "60s") {
+          val q = s.start()
+          try {
+            s.input.addData(rowsOf(0): _*)
+            processAll(q)
+            clock.advance(61000)
+          } finally q.stop()
+          val deadline = System.currentTimeMillis() + 30000
+          def guarded = WriterGuard.guardedSinks.exists(_.toString.contains(root.getName + "/"))
+          while (guarded && System.currentTimeMillis() < deadline) Thread.sleep(20)
+          assert(!guarded, "the run's guard is still there 30 s after it stopped")
+          val lease = new File(s.out, "_batchlog/_batchlog-lease.json")
+          assert(lease.isFile, s"$lease was removed")
+          val text = new String(java.nio.file.Files.readAllBytes(lease.toPath), "UTF-8")
+          assert(text.contains(q.runId.toString), text)
+        }
+      }
+      assert(s.rows == rowsOf(0).map(_.toLong).toSet)
     }
   }
 
