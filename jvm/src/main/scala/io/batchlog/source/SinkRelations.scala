@@ -27,8 +27,9 @@ object SinkRelations {
     val root: Path = metadataPath.getParent
     @volatile private var opened = false
     lazy val log: BatchTaggedFileStreamSinkLog = {
+      val l = new BatchTaggedFileStreamSinkLog(spark, metadataPath.toString)
       opened = true
-      new BatchTaggedFileStreamSinkLog(spark, metadataPath.toString)
+      l
     }
 
     /** The compact ids whose index or index head the log holds (none if it was never opened). */
