@@ -245,7 +245,8 @@ def test_a_long_stretch_is_copied_as_parts_at_once_and_a_failed_part_aborts_all(
     """A stretch of 2.compact (~20 MiB) is copied as three parts of 5 MiB or more, sent at once:
     the bytes are the client path's. Then the store fails part 2 while the others are copied:
     the upload is aborted once the parts in flight are done (no upload is left open), nothing is
-    published by it, and the client-side path writes the same bytes."""
+    published by it, and the client-side path writes the same bytes. A 5xx is not remembered as
+    the store refusing ranged copies."""
     kw: dict[str, Any] = {"sizes": (2 * BIG, 2 * BIG)}
     expected = reference(spark, store, **kw)
     with copy_parts(spark, MIB5):
@@ -269,6 +270,11 @@ def test_a_long_stretch_is_copied_as_parts_at_once_and_a_failed_part_aborts_all(
         assert store.uploads_in_progress(bucket) == []
         assert log.bytes_of("5.compact") == expected
         assert log.spark_entries() == 4 * BIG + (40 + 3) + (40 + 4)
+        # a store error (5xx) is not a refusal: the bucket's next compaction copies again
+        import batchlog
+
+        summary = batchlog.SinkLog(spark, f"s3a://{bucket}/out").inspect()
+        assert summary.compaction.startswith("server-side copy"), summary.compaction
 
 
 def test_failure_mid_upload_aborts_it_and_the_next_compaction_copies(

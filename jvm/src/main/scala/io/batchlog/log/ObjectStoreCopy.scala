@@ -96,6 +96,14 @@ private[batchlog] object ObjectStoreCopy extends Logging {
   /** The object key of `p` in its bucket. */
   private def keyOf(fs: FileSystem, p: Path) = fs.makeQualified(p).toUri.getPath.stripPrefix("/")
 
+  /**
+   * Whether a part copy's HTTP `status` says the store does not do ranged part copies (remembered
+   * for the bucket): 501, or a 4xx but 412 (the source changed: a condition, not a limit). A 5xx or
+   * no answer is taken as passing: that compaction falls back, the next one copies again.
+   */
+  private def refusal(status: Int): Boolean =
+    status == 501 || (status >= 400 && status < 500 && status != 412)
+
   private def refusedNow(file: Path): Boolean = Option(refused.get(bucketOf(file))).exists { at =>
     (System.nanoTime() - at) / 1000000L < ObjectStorePublish.RecheckIgnoredMs
   }
@@ -330,9 +338,10 @@ private[batchlog] object ObjectStoreCopy extends Logging {
     }
 
     /**
-     * `[start, start + len)` of `src` as copied parts, [[copyThreads]] at a time. Why parts: the
-     * store copies one part on one stream (SeaweedFS: 13 s for a 2.4 GB part), and one request that
-     * long meets clients' request timeouts; parts copied at once use the store's parallelism. The
+     * `[start, start + len)` of `src` as copied parts, [[copyThreads]] at a time. Why parts: a
+     * store may copy one part on one stream, and one request of seconds to minutes (SeaweedFS: 5.6
+     * s for a 2.4 GB part) meets clients' request timeouts; parts copied at once use the
+     * parallelism a store has (SeaweedFS on two cores has none to give: 38 parts took 5.3 s). The
      * parts are of even size, at most [[copyPartBytes]] (and S3's 5 GiB), at least 5 MiB (but a
      * stretch shorter than that at the end of the file). Every part is conditional on `etag`. A
      * failed part stops the parts not yet sent; the parts in flight are waited for before the
@@ -391,8 +400,7 @@ private[batchlog] object ObjectStoreCopy extends Logging {
         catch {
           case NonFatal(e) =>
             val status = S3.statusOf(e)
-            // 412: the source changed (not the store's limit); else the store refuses the copy
-            if (status != 412) refused.put(bucketOf(file), System.nanoTime())
+            if (refusal(status)) refused.put(bucketOf(file), System.nanoTime())
             throw new Failed(
               s"a copy of bytes $from..$until of $src (part $n of $file), HTTP $status",
               e
