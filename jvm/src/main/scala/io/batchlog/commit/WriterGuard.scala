@@ -89,6 +89,13 @@ final class WriterGuard private (
   /** Why the keeper no longer holds the lease (a failed refresh, the lease taken), if so. */
   @volatile private var lost: Option[String] = None
 
+  /**
+   * The run whose lease this run replaced when it took it, if any. That run may still write once
+   * more: a refresh it checked before the takeover can land after it ([[refresh]]). Such a late
+   * version is taken back, never obeyed: the run that wrote it has fenced itself by then.
+   */
+  @volatile private var replaced: Option[String] = None
+
   /** Reads the sink's record from the first check on (the run's first batch writes it). */
   private lazy val record = new SinkRecord.Watched(taggedLog.fileSystem, meta)
 
@@ -118,7 +125,8 @@ final class WriterGuard private (
         else claim(batchId, Some(r), r.copy(compactInterval = taggedLog.interval))
     }
     checkEpoch(record, batchId)
-    WriterLease.read(fm, meta).filter(l => l.queryId != queryId).foreach { other =>
+    val found = WriterLease.read(fm, meta)
+    found.filter(l => l.queryId != queryId).foreach { other =>
       LeaseWatch.watch(WriterLease.path(meta).toString, fenceWaitMs, clock) { () =>
         WriterLease.read(fm, meta).filterNot(l => WriterGuard.isDeadHere(l.runId))
       } match {
@@ -127,7 +135,8 @@ final class WriterGuard private (
         case _ =>
       }
     }
-    writeLease()
+    replaced = found.map(_.runId).filter(_ != runId)
+    lastRefreshNanos = writeLease()
     taggedLog.beforePublish = (file: Path) => requireLease(currentBatch)
     keeping = true
   }
@@ -221,8 +230,8 @@ final class WriterGuard private (
     case _ =>
   }
 
-  /** Writes the lease's next version; on success notes when the write started. */
-  private def writeLease(): Unit = {
+  /** Writes the lease's next version; returns when (this JVM's monotonic clock) it started. */
+  private def writeLease(): Long = {
     val started = clock.nanoTime()
     refreshes += 1
     WriterLease.write(
@@ -239,7 +248,41 @@ final class WriterGuard private (
         refreshes
       )
     )
-    lastRefreshNanos = started
+    started
+  }
+
+  /**
+   * One refresh by the watcher, counted only if it landed in time. A lease version stays live for
+   * an observer until it has seen it unchanged for the whole timeout, so the next version must be
+   * written before the previous one could be called dead: within [[WriterLease.selfFenceMs]] of the
+   * start of the previous successful refresh. A refresh that is not (the watcher paused between its
+   * check and its write, a PUT that hung and then went through) may have landed after an observer
+   * called this run dead and a new writer took the lease, and replaced that writer's lease: this
+   * run then keeps the lease no longer, never writes it again, and leaves it at its end (the new
+   * writer takes its lease back, as [[replaced]] says).
+   */
+  private def refresh(): Unit = {
+    val previous = lastRefreshNanos
+    val limit = WriterLease.selfFenceMs(timeoutMs)
+    val before = clock.elapsedMs(previous)
+    if (before > limit) {
+      lost = Some(
+        s"its last successful refresh started ${before / 1000.0} s ago, more than the " +
+          s"${limit / 1000.0} s it may be old, so another writer may own its lease by now"
+      )
+    } else {
+      val started = writeLease()
+      val landed = clock.elapsedMs(previous)
+      if (landed <= limit) lastRefreshNanos = started
+      else {
+        lost = Some(
+          s"a refresh of its lease ${WriterLease.path(meta)} landed ${landed / 1000.0} s after " +
+            s"the previous one started, more than the ${limit / 1000.0} s a lease may go " +
+            "unrefreshed: another writer may have taken the lease meanwhile"
+        )
+        logWarning(s"A late refresh of the writer lease of $sink: ${lost.get}")
+      }
+    }
   }
 
   /**
@@ -249,7 +292,9 @@ final class WriterGuard private (
    * drops the run's guard and log from the JVM's maps ([[WriterGuard.forSink]]). A refresh that
    * fails, or a lease that names another run (taken over or removed by a forced rewind), ends the
    * refreshing: the lease is lost, and the query's next check ([[requireLease]]) fails it. A
-   * refresh that stalls is caught by the same check, by its age.
+   * refresh that stalls is caught by the same check, by its age; one that lands late ends the
+   * refreshing too ([[refresh]]). A lease naming the run this one replaced is that run's late
+   * refresh: it is taken back ([[replaced]]).
    */
   private def watch(queryThread: Thread, release: () => Unit): Unit = {
     WriterGuard.runsHere.put(runId, queryThread)
@@ -260,9 +305,18 @@ final class WriterGuard private (
             queryThread.join(WriterLease.refreshIntervalMs(timeoutMs))
             if (keeping) {
               try {
-                val ours = WriterLease.read(fm, meta).exists(_.runId == runId)
-                if (!ours) lost = Some(s"its lease ${WriterLease.path(meta)} names another run now")
-                else if (queryThread.isAlive) writeLease()
+                WriterLease.read(fm, meta) match {
+                  case Some(l) if l.runId == runId => if (queryThread.isAlive) refresh()
+                  case Some(l) if replaced.contains(l.runId) =>
+                    // a late refresh of the run this one replaced: that run has fenced itself
+                    logWarning(
+                      s"The writer lease of $sink names ${l.describe} again, the run this run " +
+                        "replaced: a refresh of it landed late. Taking the lease back."
+                    )
+                    if (queryThread.isAlive) refresh()
+                  case _ =>
+                    lost = Some(s"its lease ${WriterLease.path(meta)} names another run now")
+                }
               } catch {
                 case e: Exception =>
                   lost = Some(s"a refresh of its lease ${WriterLease.path(meta)} failed: $e")

@@ -14,7 +14,7 @@ import io.batchlog.{BatchLogConf, BatchLogException, ManualClock, RewindFixture}
 import io.batchlog.commit.WriterGuard
 import io.batchlog.SparkSessionTestBase
 import io.batchlog.TestLogs._
-import io.batchlog.log.{Clock, SinkRecord}
+import io.batchlog.log.{Clock, SinkRecord, WriterLease}
 import io.batchlog.ops.{Rewind, RewindStepListener, WriterFence}
 import io.batchlog.testshim.{intStream, MemoryStream}
 
@@ -197,6 +197,104 @@ class WriterFencingSuite extends SparkSessionTestBase with RewindFixture {
         }
       }
       assert(s.rows == rowsOf(0).map(_.toLong).toSet)
+    }
+  }
+
+  /** The lease of the sink `s`, as the store has it now. */
+  private def leaseOf(s: Sink): Option[WriterLease] = {
+    val meta = new Path(new File(s.out, "_spark_metadata").toURI)
+    WriterLease.read(ours(new File(meta.toUri)).checkpointFileManager, meta)
+  }
+
+  private def eventually(what: String)(cond: => Boolean): Unit = {
+    val deadline = System.currentTimeMillis() + 30000
+    while (!cond && System.currentTimeMillis() < deadline) Thread.sleep(20)
+    assert(cond, s"timed out waiting for $what")
+  }
+
+  test("a refresh that lands after its lease could be called dead ends the keeping for good") {
+    // The keeper's PUT hangs past the lease's timeout: an observer calls the run dead and a new
+    // writer takes the lease; then the hung PUT goes through over the new writer's lease. Before
+    // the fix, the keeper's next refresh was on time again and the run went on committing.
+    withHooks {
+      withTempDir { root =>
+        val s = Sink(root)
+        val meta = new Path(new File(s.out, "_spark_metadata").toURI)
+        val clock = new ManualClock()
+        val stalled = new CountDownLatch(1)
+        val release = new CountDownLatch(1)
+        val armed = new java.util.concurrent.atomic.AtomicBoolean(false)
+        var late: Option[WriterLease] = None
+        FaultInjectingCheckpointFileManager.callback = { _ =>
+          if (armed.get && stalled.getCount > 0) {
+            stalled.countDown(); release.await(120, TimeUnit.SECONDS)
+          }
+        }
+        try Clock.using(clock) {
+            withSQLConf(callOnLeaseWrites(leaseTimeout = "4s"): _*) {
+              withQuery(s.start()) { q =>
+                s.input.addData(rowsOf(0): _*)
+                processAll(q)
+                armed.set(true)
+                await(stalled, "the hung refresh")
+                clock.advance(4500) // past the 4 s timeout: the lease may be called dead
+                val fm = ours(new File(meta.toUri)).checkpointFileManager
+                WriterLease.write(fm, meta, WriterLease("q2", "r2", "h2", 2L, 0L, 0L, 4000L))
+                release.countDown() // the hung PUT lands over the new writer's lease
+                eventually("the late refresh")(leaseOf(s).exists(_.runId == q.runId.toString))
+                late = leaseOf(s)
+                Thread.sleep(2500) // more than two refresh intervals (1 s): none comes
+                assert(leaseOf(s) == late, "the run refreshed its lease after a late refresh")
+                val m = failedBatch(s, q, 1)
+                assert(m.contains("This query no longer holds its writer lease on"), m)
+                assert(
+                  m.contains("landed 4.5 s after the previous one started, more than the 3.0 s " +
+                    "a lease may go unrefreshed: another writer may have taken the lease"),
+                  m
+                )
+                // refused before the batch: it knew before it started
+                assert(m.contains("Batch 1 was not written to the sink; nothing was changed."), m)
+              }
+            }
+          }
+        finally release.countDown()
+        // its late version stays: the run does not remove a lease another writer may own
+        assert(late.isDefined && leaseOf(s) == late)
+        assert(s.batchFiles(1L).isEmpty)
+        assert(s.rows == rowsOf(0).map(_.toLong).toSet)
+      }
+    }
+  }
+
+  test("a late refresh of the run a writer replaced is taken back; another run's stops it") {
+    withTempDir { root =>
+      val s = Sink(root)
+      val meta = new Path(new File(s.out, "_spark_metadata").toURI)
+      val fm = ours(new File(meta.toUri)).checkpointFileManager
+      // a dead writer's lease (a 2 s timeout), on the sink before the query starts
+      val zombie = WriterLease("zombie-query", "zombie-run", "zombie-host", 1L, 0L, 0L, 2000L, 1L)
+      WriterLease.write(fm, meta, zombie)
+      withSQLConf(WriterLeaseTimeoutKey -> "4s", FenceWaitKey -> "10s") {
+        withQuery(s.start()) { q =>
+          s.input.addData(rowsOf(0): _*)
+          processAll(q) // watched it unchanged for 2 s, then took it
+          val run = q.runId.toString
+          assert(leaseOf(s).exists(_.runId == run))
+          WriterLease.write(fm, meta, zombie.copy(refreshes = 2L)) // the zombie's late refresh
+          eventually("the lease taken back")(leaseOf(s).exists(_.runId == run))
+          s.input.addData(rowsOf(1): _*)
+          processAll(q)
+          // a lease naming any other run: this run no longer holds it, and stops
+          WriterLease.write(fm, meta, zombie.copy(runId = "third-run", refreshes = 3L))
+          Thread.sleep(2500) // more than two refresh intervals (1 s)
+          val m = failedBatch(s, q, 2)
+          assert(m.contains("names another run now"), m)
+          assert(m.contains("Batch 2 was not written to the sink; nothing was changed."), m)
+        }
+      }
+      assert(leaseOf(s).exists(_.runId == "third-run"))
+      assert(s.batchFiles(2L).isEmpty)
+      assert(s.rows == (rowsOf(0) ++ rowsOf(1)).map(_.toLong).toSet)
     }
   }
 
