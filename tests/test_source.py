@@ -304,7 +304,9 @@ def test_a_running_downstream_stops_when_its_upstream_is_rewound(
         with session_conf(spark, {COMPACT_INTERVAL_KEY: "3"}):
             run_stream(spark, up / "in", up / "out", up / "chk")
         wait_until(lambda: not q.isActive, 120, "the downstream to stop")
-        assert "up to its batch 4, but that batch" in str(q.exception())
+        # Its offset is upstream batch 4, or 5 when it planned the rewind's claim of log id 5 (an
+        # empty batch the rewind logs first, so that a writer past its checks loses; then cut).
+        assert re.search(r"up to its batch [45], but that batch", str(q.exception()))
     finally:
         if q.isActive:
             q.stop()
