@@ -11,14 +11,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
+from plain_reader import READER, VANILLA_COMMIT_PROTOCOL, plain_env
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 from support import (
@@ -32,7 +31,8 @@ from support import (
     testkit_jar_path,
 )
 
-__all__ = ["PYTHON_DIR", "QUERY_TIMEOUT_S", "session_conf"]  # re-exported for the test modules
+# re-exported for the test modules
+__all__ = ["PYTHON_DIR", "QUERY_TIMEOUT_S", "VANILLA_COMMIT_PROTOCOL", "session_conf"]
 
 #: Every Spark JVM the suite starts (pyspark's driver, ``spark-submit``, the Connect server) runs
 #: with the test JVMs' flags (``project/test-jvm-options``: the client compiler only, the serial
@@ -45,8 +45,6 @@ os.environ.setdefault("SPARK_SUBMIT_OPTS", TEST_JVM_OPTIONS)
 
 COMMIT_PROTOCOL_KEY = "spark.sql.streaming.commitProtocolClass"
 COMPACT_INTERVAL_KEY = "spark.sql.streaming.fileSink.log.compactInterval"
-#: Spark's own file-sink commit protocol (the default of COMMIT_PROTOCOL_KEY).
-VANILLA_COMMIT_PROTOCOL = "org.apache.spark.sql.execution.streaming.ManifestFileCommitProtocol"
 
 #: The fields of Spark's SinkFileStatus, in Spark's order; batchlog appends "batchId".
 VANILLA_FIELDS = [
@@ -247,78 +245,16 @@ def assert_entry_matches_disk(entry: Mapping[str, object]) -> None:
     assert entry["action"] == "add", entry
 
 
-def _plain_env() -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("PYTHONPATH", "BATCHLOG_JAR", "PYSPARK_SUBMIT_ARGS", "SPARK_CONF_DIR")
-    }
-    env["PYSPARK_PYTHON"] = sys.executable
-    return env
-
-
-_PLAIN_READER = r"""
-import json, sys
-from pyspark.sql import SparkSession
-
-spark = (
-    SparkSession.builder.master("local[1]")
-    .appName("plain-reader")
-    .config("spark.ui.enabled", "false")
-    .getOrCreate()
-)
-spark.sparkContext.setLogLevel("ERROR")
-try:
-    spark._jvm.java.lang.Class.forName("io.batchlog.BatchLogConf")
-    has_batchlog = True
-except Exception:
-    has_batchlog = False
-out = {
-    "spark.jars": spark.sparkContext.getConf().get("spark.jars", ""),
-    "commitProtocolClass": spark.conf.get("spark.sql.streaming.commitProtocolClass"),
-    "batchlogClassLoadable": has_batchlog,
-    "sinks": [],
-}
-for fmt, path in json.loads(sys.argv[1]):
-    df = spark.read.format(fmt).load(path)
-    rows = [r.asDict() for r in df.collect()]
-    out["sinks"].append(
-        {"count": len(rows), "rows": rows, "columns": df.columns, "inputFiles": df.inputFiles()}
-    )
-spark.stop()
-print("PLAIN-READER-RESULT " + json.dumps(out))
-"""
-
-
 def read_back_plain(sinks: Iterable[Sequence[str]]) -> list[dict[str, Any]]:
-    """Reads sinks back in a separate Python process running plain PySpark, without batchlog.
+    """Reads sinks back with plain PySpark, in a separate process without batchlog.
 
-    ``sinks`` is ``[(format, output_dir), ...]``. The process has no batchlog jar (``spark.jars``
-    unset, the class not loadable) and Spark's default commit protocol; it reads each sink with
+    ``sinks`` is ``[(format, output_dir), ...]``. The process (``plain_reader.py``: one per test
+    process, proven plain when it starts) has no batchlog jar (``spark.jars`` unset, the class not
+    loadable) and Spark's default commit protocol; it reads each sink with
     ``spark.read.format(fmt).load(path)`` and reports, per sink, ``count``, ``rows`` (dicts),
     ``columns`` and ``inputFiles``.
     """
-    arg = json.dumps([[fmt, str(path)] for fmt, path in sinks])
-    proc = subprocess.run(
-        [sys.executable, "-c", _PLAIN_READER, arg],
-        env=_plain_env(),
-        cwd=str(REPO),
-        capture_output=True,
-        text=True,
-        timeout=QUERY_TIMEOUT_S,
-    )
-    assert proc.returncode == 0, f"plain reader failed:\n{proc.stdout}\n{proc.stderr[-5000:]}"
-    result_lines = [
-        line for line in proc.stdout.splitlines() if line.startswith("PLAIN-READER-RESULT ")
-    ]
-    assert len(result_lines) == 1, proc.stdout
-    result = json.loads(result_lines[0].split(" ", 1)[1])
-    # Prove the reader really was plain Spark.
-    assert result["spark.jars"] == ""
-    assert result["batchlogClassLoadable"] is False
-    assert result["commitProtocolClass"] == VANILLA_COMMIT_PROTOCOL
-    sinks_out: list[dict[str, Any]] = result["sinks"]
-    return sinks_out
+    return READER.sinks(sinks)
 
 
 def row_tuples(rows: Iterable[Mapping[str, Any]]) -> list[tuple]:
@@ -328,7 +264,7 @@ def row_tuples(rows: Iterable[Mapping[str, Any]]) -> list[tuple]:
 
 def subprocess_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment for a subprocess that imports this checkout's ``batchlog``."""
-    env = _plain_env()
+    env = plain_env()
     env["PYTHONPATH"] = str(PYTHON_DIR)
     env.update(extra or {})
     return env

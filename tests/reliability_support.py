@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -19,10 +18,10 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 from conftest import TAGGED_FIELDS
+from plain_reader import READER
 from pyspark.sql import SparkSession
 from support import (
     FAULT_MANAGER,
-    QUERY_TIMEOUT_S,
     REPO,
     await_query,
     batchlog,
@@ -81,18 +80,9 @@ def write_input(inp: Path, first_file: int, n_files: int, rows_per_file: int) ->
 
 
 def plain_read(out: Path, id_col: str = "id") -> dict[str, Any]:
-    """The sink read back by plain Spark in a subprocess without the batchlog jar."""
-    env = {k: v for k, v in os.environ.items() if k != "PYSPARK_SUBMIT_ARGS"}
-    r = subprocess.run(
-        [PYTHON, str(APPS / "plain_read.py"), str(out), id_col],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=QUERY_TIMEOUT_S,
-    )
-    assert r.returncode == 0, r.stderr[-3000:]
-    result: dict[str, Any] = json.loads(r.stdout.strip().splitlines()[-1])
-    return result
+    """The sink read back by plain Spark, in a process without the batchlog jar
+    (``plain_reader.py``): ``{"rows": N, "ids": [...sorted...], "parts": {...}}``."""
+    return READER.ids(out, id_col)
 
 
 def local_path(logged: str) -> Path:
