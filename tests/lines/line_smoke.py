@@ -30,6 +30,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Callable
@@ -119,27 +120,58 @@ try:
     loadable = True
 except Exception:
     loadable = False
-df = spark.read.parquet(sys.argv[1])
-rows = sorted((r["id"], r["country"], r["batch"]) for r in df.collect())
-print("PLAIN " + json.dumps({"jars": jars, "loadable": loadable, "rows": rows}))
+for path in sys.stdin:  # one sink a line, until the smoke closes its input
+    df = spark.read.parquet(path.rstrip("\\n"))
+    rows = sorted((r["id"], r["country"], r["batch"]) for r in df.collect())
+    print("PLAIN " + json.dumps({"jars": jars, "loadable": loadable, "rows": rows}), flush=True)
 """
+
+#: The plain reader: one process for the smoke's reads (a JVM start each would cost more than the
+#: read), started at the first.
+plain_reader: list[subprocess.Popen[str]] = []
+plain_errors = tempfile.TemporaryFile()
+
+
+def plain_stderr() -> str:
+    plain_errors.seek(0)
+    return plain_errors.read().decode(errors="replace")[-4000:]
 
 
 def read_plain(out: Path) -> list[Row]:
     """The sink's rows as plain Spark reads them, in a process without the batchlog jar."""
-    env = {k: v for k, v in os.environ.items() if k not in ("BATCHLOG_JAR", "PYSPARK_SUBMIT_ARGS")}
-    proc = subprocess.run(
-        [sys.executable, "-c", PLAIN_READER, str(out)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    [line] = [ln for ln in proc.stdout.splitlines() if ln.startswith("PLAIN ")]
+    if not plain_reader:
+        env = {
+            k: v for k, v in os.environ.items() if k not in ("BATCHLOG_JAR", "PYSPARK_SUBMIT_ARGS")
+        }
+        plain_reader.append(
+            subprocess.Popen(
+                [sys.executable, "-c", PLAIN_READER],
+                env=env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=plain_errors,
+                text=True,
+            )
+        )
+    proc = plain_reader[0]
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(f"{out}\n")
+    proc.stdin.flush()
+    line = proc.stdout.readline()
+    while line and not line.startswith("PLAIN "):
+        line = proc.stdout.readline()
+    assert line, f"the plain reader exited ({proc.wait()}) reading {out}:\n{plain_stderr()}"
     result = json.loads(line[len("PLAIN ") :])
     assert result["jars"] == "" and result["loadable"] is False, result
     return [(int(i), str(c), int(b)) for i, c, b in result["rows"]]
+
+
+def stop_plain_reader() -> None:
+    for proc in plain_reader:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        assert proc.wait(timeout=120) == 0, plain_stderr()
+    plain_reader.clear()
 
 
 def cli(*args: str) -> str:
@@ -363,6 +395,7 @@ def main(workdir: Path, maven_repo: Path) -> None:
 
     step("the batchlog data source (read, stream) and its SQL", source_and_sql)
     spark.stop()
+    stop_plain_reader()
 
     def commands() -> None:
         assert sorted(cli("files", str(out), "--batch", "5").split()) == files_5
