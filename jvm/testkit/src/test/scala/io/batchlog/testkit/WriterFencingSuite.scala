@@ -94,6 +94,34 @@ class WriterFencingSuite extends SparkSessionTestBase with RewindFixture {
     intercept[StreamingQueryException](processAll(q)).getMessage
   }
 
+  /**
+   * Runs `body` with the query of `s` past batch 0 (a 4 s lease, on `clock`), once the keeper's
+   * next lease write hangs (a hung PUT) until `body` counts `release` down, or it ends.
+   */
+  private def withHungRefresh(s: Sink, clock: ManualClock)(
+      body: (StreamingQuery, CountDownLatch, CountDownLatch) => Unit
+  ): Unit = {
+    val stalled = new CountDownLatch(1)
+    val release = new CountDownLatch(1)
+    val armed = new java.util.concurrent.atomic.AtomicBoolean(false)
+    FaultInjectingCheckpointFileManager.callback = { _ =>
+      if (armed.get && stalled.getCount > 0) {
+        stalled.countDown(); release.await(120, TimeUnit.SECONDS)
+      }
+    }
+    try Clock.using(clock) {
+        withSQLConf(callOnLeaseWrites(leaseTimeout = "4s"): _*) {
+          withQuery(s.start()) { q =>
+            s.input.addData(rowsOf(0): _*)
+            processAll(q)
+            armed.set(true)
+            body(q, stalled, release)
+          }
+        }
+      }
+    finally release.countDown()
+  }
+
   test("a keeper whose refresh fails stops the query before it commits: files deleted") {
     withHooks {
       withTempDir { root =>
@@ -133,37 +161,20 @@ class WriterFencingSuite extends SparkSessionTestBase with RewindFixture {
       withTempDir { root =>
         val s = Sink(root)
         val clock = new ManualClock()
-        val stalled = new CountDownLatch(1)
-        val release = new CountDownLatch(1)
-        val armed = new java.util.concurrent.atomic.AtomicBoolean(false)
-        // once armed (batch 0 committed), the keeper's next refresh hangs (a hung PUT)
-        FaultInjectingCheckpointFileManager.callback = { _ =>
-          if (armed.get && stalled.getCount > 0) {
-            stalled.countDown(); release.await(120, TimeUnit.SECONDS)
-          }
+        withHungRefresh(s, clock) { (q, stalled, _) =>
+          // during batch 1, 3.5 s pass on the writer's clock with no refresh: more than the 3 s
+          // (4 s timeout minus a 1 s refresh interval) it may go without one
+          TaskHook.onRow = id =>
+            if (id == 100L) { await(stalled, "the stalled refresh"); clock.advance(3500) }
+          val m = failedBatch(s, q, 1)
+          assert(m.contains("This query no longer holds its writer lease on"), m)
+          assert(
+            m.contains("its last successful refresh started 3.5 s ago, more than " +
+              "the 3.0 s it may be old"),
+            m
+          )
+          assert(m.contains("Batch 1 was not committed; its data files are deleted."), m)
         }
-        try Clock.using(clock) {
-            withSQLConf(callOnLeaseWrites(leaseTimeout = "4s"): _*) {
-              withQuery(s.start()) { q =>
-                s.input.addData(rowsOf(0): _*)
-                processAll(q)
-                armed.set(true)
-                // during batch 1, 3.5 s pass on the writer's clock with no refresh: more than
-                // the 3 s (4 s timeout minus a 1 s refresh interval) it may go without one
-                TaskHook.onRow = id =>
-                  if (id == 100L) { await(stalled, "the stalled refresh"); clock.advance(3500) }
-                val m = failedBatch(s, q, 1)
-                assert(m.contains("This query no longer holds its writer lease on"), m)
-                assert(
-                  m.contains("its last successful refresh started 3.5 s ago, more than " +
-                    "the 3.0 s it may be old"),
-                  m
-                )
-                assert(m.contains("Batch 1 was not committed; its data files are deleted."), m)
-              }
-            }
-          }
-        finally release.countDown()
         assert(s.batchFiles(1L).isEmpty)
         assert(s.rows == rowsOf(0).map(_.toLong).toSet)
       }
@@ -221,43 +232,27 @@ class WriterFencingSuite extends SparkSessionTestBase with RewindFixture {
         val s = Sink(root)
         val meta = new Path(new File(s.out, "_spark_metadata").toURI)
         val clock = new ManualClock()
-        val stalled = new CountDownLatch(1)
-        val release = new CountDownLatch(1)
-        val armed = new java.util.concurrent.atomic.AtomicBoolean(false)
         var late: Option[WriterLease] = None
-        FaultInjectingCheckpointFileManager.callback = { _ =>
-          if (armed.get && stalled.getCount > 0) {
-            stalled.countDown(); release.await(120, TimeUnit.SECONDS)
-          }
+        withHungRefresh(s, clock) { (q, stalled, release) =>
+          await(stalled, "the hung refresh")
+          clock.advance(4500) // past the 4 s timeout: the lease may be called dead
+          val fm = ours(new File(meta.toUri)).checkpointFileManager
+          WriterLease.write(fm, meta, WriterLease("q2", "r2", "h2", 2L, 0L, 0L, 4000L))
+          release.countDown() // the hung PUT lands over the new writer's lease
+          eventually("the late refresh")(leaseOf(s).exists(_.runId == q.runId.toString))
+          late = leaseOf(s)
+          Thread.sleep(2500) // more than two refresh intervals (1 s): none comes
+          assert(leaseOf(s) == late, "the run refreshed its lease after a late refresh")
+          val m = failedBatch(s, q, 1)
+          assert(m.contains("This query no longer holds its writer lease on"), m)
+          assert(
+            m.contains("landed 4.5 s after the previous one started, more than the 3.0 s " +
+              "a lease may go unrefreshed: another writer may have taken the lease"),
+            m
+          )
+          // refused before the batch: it knew before it started
+          assert(m.contains("Batch 1 was not written to the sink; nothing was changed."), m)
         }
-        try Clock.using(clock) {
-            withSQLConf(callOnLeaseWrites(leaseTimeout = "4s"): _*) {
-              withQuery(s.start()) { q =>
-                s.input.addData(rowsOf(0): _*)
-                processAll(q)
-                armed.set(true)
-                await(stalled, "the hung refresh")
-                clock.advance(4500) // past the 4 s timeout: the lease may be called dead
-                val fm = ours(new File(meta.toUri)).checkpointFileManager
-                WriterLease.write(fm, meta, WriterLease("q2", "r2", "h2", 2L, 0L, 0L, 4000L))
-                release.countDown() // the hung PUT lands over the new writer's lease
-                eventually("the late refresh")(leaseOf(s).exists(_.runId == q.runId.toString))
-                late = leaseOf(s)
-                Thread.sleep(2500) // more than two refresh intervals (1 s): none comes
-                assert(leaseOf(s) == late, "the run refreshed its lease after a late refresh")
-                val m = failedBatch(s, q, 1)
-                assert(m.contains("This query no longer holds its writer lease on"), m)
-                assert(
-                  m.contains("landed 4.5 s after the previous one started, more than the 3.0 s " +
-                    "a lease may go unrefreshed: another writer may have taken the lease"),
-                  m
-                )
-                // refused before the batch: it knew before it started
-                assert(m.contains("Batch 1 was not written to the sink; nothing was changed."), m)
-              }
-            }
-          }
-        finally release.countDown()
         // its late version stays: the run does not remove a lease another writer may own
         assert(late.isDefined && leaseOf(s) == late)
         assert(s.batchFiles(1L).isEmpty)
