@@ -254,21 +254,21 @@ final class WriterGuard private (
   /**
    * One refresh by the watcher, counted only if it landed in time. A lease version stays live for
    * an observer until it has seen it unchanged for the whole timeout, so the next version must be
-   * written before the previous one could be called dead: within [[WriterLease.selfFenceMs]] of the
-   * start of the previous successful refresh. A refresh that is not (the watcher paused between its
-   * check and its write, a PUT that hung and then went through) may have landed after an observer
-   * called this run dead and a new writer took the lease, and replaced that writer's lease: this
-   * run then keeps the lease no longer, never writes it again, and leaves it at its end (the new
-   * writer takes its lease back, as [[replaced]] says).
+   * written before the previous one could be called dead: within [[WriterLease.lateRefreshMs]] of
+   * the start of the previous successful refresh. A refresh that is not (the watcher paused between
+   * its check and its write, a PUT that hung and then went through) may have landed after an
+   * observer called this run dead and a new writer took the lease, and replaced that writer's
+   * lease: this run then keeps the lease no longer, never writes it again, and leaves it at its end
+   * (the new writer takes its lease back, as [[replaced]] says).
    */
   private def refresh(): Unit = {
     val previous = lastRefreshNanos
-    val limit = WriterLease.selfFenceMs(timeoutMs)
+    val limit = WriterLease.lateRefreshMs(timeoutMs)
     val before = clock.elapsedMs(previous)
     if (before > limit) {
       lost = Some(
         s"its last successful refresh started ${before / 1000.0} s ago, more than the " +
-          s"${limit / 1000.0} s it may be old, so another writer may own its lease by now"
+          s"${limit / 1000.0} s a lease may go unrefreshed, so another writer may own it by now"
       )
     } else {
       val started = writeLease()

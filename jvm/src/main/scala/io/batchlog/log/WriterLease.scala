@@ -39,4 +39,14 @@ object WriterLease extends JsonRecordFile[WriterLease]("batchlog-lease.json") {
    * slightly different rates; an observer needs a whole timeout of no change to call it dead.
    */
   def selfFenceMs(timeoutMs: Long): Long = timeoutMs - refreshIntervalMs(timeoutMs)
+
+  /**
+   * How long after the start of a writer's previous successful refresh its next one may land and
+   * still count ([[io.batchlog.commit.WriterGuard]]): the timeout minus half a refresh interval. An
+   * observer calls a version dead only after watching it unchanged for the whole timeout from when
+   * it first saw it, after that version landed, so a refresh landing within the timeout of the
+   * previous one's start is seen first; half an interval covers clock rates. No commit margin here
+   * (that is [[selfFenceMs]]'s): a busy driver's refresh that lands a little late is not lost.
+   */
+  def lateRefreshMs(timeoutMs: Long): Long = timeoutMs - refreshIntervalMs(timeoutMs) / 2
 }

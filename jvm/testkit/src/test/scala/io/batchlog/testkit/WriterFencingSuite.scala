@@ -246,7 +246,7 @@ class WriterFencingSuite extends SparkSessionTestBase with RewindFixture {
           val m = failedBatch(s, q, 1)
           assert(m.contains("This query no longer holds its writer lease on"), m)
           assert(
-            m.contains("landed 4.5 s after the previous one started, more than the 3.0 s " +
+            m.contains("landed 4.5 s after the previous one started, more than the 3.5 s " +
               "a lease may go unrefreshed: another writer may have taken the lease"),
             m
           )
