@@ -197,10 +197,8 @@ class WriterFencingSuite extends SparkSessionTestBase with RewindFixture {
             processAll(q)
             clock.advance(61000)
           } finally q.stop()
-          val deadline = System.currentTimeMillis() + 30000
           def guarded = WriterGuard.guardedSinks.exists(_.toString.contains(root.getName + "/"))
-          while (guarded && System.currentTimeMillis() < deadline) Thread.sleep(20)
-          assert(!guarded, "the run's guard is still there 30 s after it stopped")
+          eventually("the run's guard to go after it stopped (30 s)")(!guarded)
           val lease = new File(s.out, "_batchlog/_batchlog-lease.json")
           assert(lease.isFile, s"$lease was removed")
           val text = new String(java.nio.file.Files.readAllBytes(lease.toPath), "UTF-8")
@@ -217,6 +215,7 @@ class WriterFencingSuite extends SparkSessionTestBase with RewindFixture {
     WriterLease.read(ours(new File(meta.toUri)).checkpointFileManager, meta)
   }
 
+  /** Waits up to 30 s for `cond`, then asserts it. */
   private def eventually(what: String)(cond: => Boolean): Unit = {
     val deadline = System.currentTimeMillis() + 30000
     while (!cond && System.currentTimeMillis() < deadline) Thread.sleep(20)
