@@ -125,7 +125,11 @@ final class WriterGuard private (
         else claim(batchId, Some(r), r.copy(compactInterval = taggedLog.interval))
     }
     checkEpoch(record, batchId)
-    val found = WriterLease.read(fm, meta)
+    val found = WriterLease.read(fm, meta) match {
+      case Some(l) if l.runId != runId && WriterGuard.awaitRemovalHere(l.runId, timeoutMs) =>
+        WriterLease.read(fm, meta) // that run, ended in this JVM, removed it (or left it)
+      case other => other
+    }
     found.filter(l => l.queryId != queryId).foreach { other =>
       LeaseWatch.watch(WriterLease.path(meta).toString, fenceWaitMs, clock) { () =>
         WriterLease.read(fm, meta).filterNot(l => WriterGuard.isDeadHere(l.runId))
@@ -290,11 +294,11 @@ final class WriterGuard private (
    * lives it refreshes the lease every refresh interval, once the run took it ([[keeping]]); when
    * the thread ends it removes the lease, marks this guard [[ended]] and calls `release`, which
    * drops the run's guard and log from the JVM's maps ([[WriterGuard.forSink]]). A refresh that
-   * fails, or a lease that names another run (taken over or removed by a forced rewind), ends the
-   * refreshing: the lease is lost, and the query's next check ([[requireLease]]) fails it. A
-   * refresh that stalls is caught by the same check, by its age; one that lands late ends the
-   * refreshing too ([[refresh]]). A lease naming the run this one replaced is that run's late
-   * refresh: it is taken back ([[replaced]]).
+   * fails, a lease that names another run (taken over) or a lease removed (a forced rewind, the
+   * late delete of the run this one replaced) ends the refreshing: the lease is lost, and the
+   * query's next check ([[requireLease]]) fails it. A refresh that stalls is caught by the same
+   * check, by its age; one that lands late ends the refreshing too ([[refresh]]). A lease naming
+   * the run this one replaced is that run's late refresh: it is taken back ([[replaced]]).
    */
   private def watch(queryThread: Thread, release: () => Unit): Unit = {
     WriterGuard.runsHere.put(runId, queryThread)
@@ -314,8 +318,16 @@ final class WriterGuard private (
                         "replaced: a refresh of it landed late. Taking the lease back."
                     )
                     if (queryThread.isAlive) refresh()
-                  case _ =>
+                  case Some(_) =>
                     lost = Some(s"its lease ${WriterLease.path(meta)} names another run now")
+                  case None =>
+                    // a forced rewind, a hand, or the late removal by a run this one replaced
+                    // (its delete hung past this run's takeover): no lease, so an observer may
+                    // act on the sink now, and the epoch check, not this run, decides who wins
+                    lost = Some(
+                      s"its lease ${WriterLease.path(meta)} was removed by another process " +
+                        "(a forced rewind, or the late removal by a run it replaced)"
+                    )
                 }
               } catch {
                 case e: Exception =>
@@ -350,10 +362,12 @@ final class WriterGuard private (
         } finally {
           ended = true
           WriterGuard.runsHere.remove(runId)
+          WriterGuard.watchersHere.remove(runId, this)
           release()
         }
     }
     t.setDaemon(true)
+    WriterGuard.watchersHere.put(runId, t)
     t.start()
   }
 }
@@ -378,6 +392,23 @@ object WriterGuard {
   /** True if `runId` ran in this JVM and its query thread has ended (its lease is going away). */
   def isDeadHere(runId: String): Boolean =
     Option(runsHere.get(runId)).exists(!_.isAlive)
+
+  /** The lease watchers ([[watch]]) of the runs of this JVM, until each has let go of its lease. */
+  private val watchersHere = new ConcurrentHashMap[String, Thread]()
+
+  /**
+   * Waits up to `ms` for the watcher of `runId`, a run of this JVM whose query thread has ended, to
+   * remove its lease and go; true if there was such a run. A query restarted right after it stopped
+   * would otherwise take its lease while the ended run's watcher is between its check that the
+   * lease is its own and its delete, and lose the lease it just took to that delete. A delete that
+   * hangs past the wait and lands later still removes the new run's lease: that run then stops
+   * ([[requireLease]]), loudly, and the next start takes the lease again.
+   */
+  private[commit] def awaitRemovalHere(runId: String, ms: Long): Boolean =
+    isDeadHere(runId) && {
+      Option(watchersHere.get(runId)).foreach(_.join(ms))
+      true
+    }
 
   /** Why an ended run's guard refuses ([[requireRunning]], [[forSink]]). */
   private val RunEnded =

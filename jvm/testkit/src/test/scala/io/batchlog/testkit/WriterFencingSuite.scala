@@ -67,10 +67,14 @@ class WriterFencingSuite extends SparkSessionTestBase with RewindFixture {
    * The session confs under which every write of the writer lease (the keeper's refreshes) runs
    * [[FaultInjectingCheckpointFileManager.callback]] first, with a lease timeout of `leaseTimeout`.
    */
-  private def callOnLeaseWrites(leaseTimeout: String): Seq[(String, String)] = Seq(
+  private def callOnLeaseWrites(leaseTimeout: String): Seq[(String, String)] =
+    callOnLease("createAtomic", leaseTimeout)
+
+  /** As [[callOnLeaseWrites]], for the lease's operation `op` (a write, a delete). */
+  private def callOnLease(op: String, leaseTimeout: String): Seq[(String, String)] = Seq(
     WriterLeaseTimeoutKey -> leaseTimeout,
     TestkitConf.CheckpointFileManagerClassKey -> FaultManager,
-    TestkitConf.FaultOpKey -> "createAtomic",
+    TestkitConf.FaultOpKey -> op,
     TestkitConf.FaultPathRegexKey -> "batchlog-lease\\.json$",
     TestkitConf.FaultActionKey -> "call"
   )
@@ -220,6 +224,92 @@ class WriterFencingSuite extends SparkSessionTestBase with RewindFixture {
     val deadline = System.currentTimeMillis() + 30000
     while (!cond && System.currentTimeMillis() < deadline) Thread.sleep(20)
     assert(cond, s"timed out waiting for $what")
+  }
+
+  /**
+   * Runs `body` with the sink's query stopped after batch 0 (a 4 s lease) while the ended run's
+   * removal of its lease hangs (a hung DELETE) until `body` counts `release` down, or it ends;
+   * batch 1's rows are given before. `body` gets the ended run's id.
+   */
+  private def withHungRemoval(s: Sink)(body: (String, CountDownLatch) => Unit): Unit = {
+    val stalled = new CountDownLatch(1)
+    val release = new CountDownLatch(1)
+    val armed = new java.util.concurrent.atomic.AtomicBoolean(false)
+    FaultInjectingCheckpointFileManager.callback = { _ =>
+      if (armed.get && stalled.getCount > 0) {
+        stalled.countDown(); release.await(120, TimeUnit.SECONDS)
+      }
+    }
+    try withSQLConf(callOnLease("delete", leaseTimeout = "4s"): _*) {
+        val ended = withQuery(s.start()) { q =>
+          s.input.addData(rowsOf(0): _*)
+          processAll(q)
+          armed.set(true)
+          q.runId.toString
+        }
+        await(stalled, "the ended run's removal of its lease")
+        s.input.addData(rowsOf(1): _*)
+        body(ended, release)
+      }
+    finally release.countDown()
+  }
+
+  /** The rows of the sink as plain Spark reads them, each as often as it is there. */
+  private def rowList(s: Sink): Seq[Long] =
+    spark.read.parquet(s.out.toString).collect().map(_.getLong(0)).toSeq.sorted
+
+  test("a restart waits for the ended run's removal of its lease, then takes it") {
+    // Without the wait, the restarted run took the lease while the ended run's watcher was between
+    // its check (the lease is its own) and its delete; the delete then removed the new run's lease
+    // and the new run stopped at its next batch.
+    withHooks {
+      withTempDir { root =>
+        val s = Sink(root)
+        withHungRemoval(s) { (ended, release) =>
+          withQuery(s.start()) { q =>
+            Thread.sleep(2000) // the restart's batch 1 waits (up to the 4 s lease timeout)
+            assert(leaseOf(s).exists(_.runId == ended), "the restart took the lease")
+            assert(ours(new File(s.out, "_spark_metadata")).getLatestBatchId().contains(0L))
+            release.countDown() // the ended run's delete lands: then the restart takes the lease
+            processAll(q)
+            assert(leaseOf(s).exists(_.runId == q.runId.toString))
+            Thread.sleep(2500) // more than two refresh intervals (1 s): the lease stays its own
+            s.input.addData(rowsOf(2): _*)
+            processAll(q)
+            assert(leaseOf(s).exists(_.runId == q.runId.toString))
+          }
+        }
+        assert(rowList(s) == (0 to 2).flatMap(rowsOf).map(_.toLong))
+      }
+    }
+  }
+
+  test("a removal that hangs past the restart's wait and lands later stops the restart, loudly") {
+    withHooks {
+      withTempDir { root =>
+        val s = Sink(root)
+        withHungRemoval(s) { (ended, release) =>
+          withQuery(s.start()) { q =>
+            processAll(q) // waited 4 s for the hung delete, then took the lease: batch 1 commits
+            assert(leaseOf(s).exists(_.runId == q.runId.toString))
+            release.countDown() // the ended run's delete lands over the restart's lease
+            eventually("the late removal")(leaseOf(s).isEmpty)
+            Thread.sleep(2500) // more than two refresh intervals (1 s)
+            val m = failedBatch(s, q, 2)
+            assert(m.contains("This query no longer holds its writer lease on"), m)
+            assert(m.contains("was removed by another process"), m)
+            assert(m.contains("Batch 2 was not written to the sink; nothing was changed."), m)
+          }
+          assert(s.batchFiles(2L).isEmpty)
+          // the next start takes the lease again and commits batch 2, once
+          withQuery(s.start()) { q =>
+            processAll(q)
+            assert(leaseOf(s).exists(_.runId == q.runId.toString))
+          }
+        }
+        assert(rowList(s) == (0 to 2).flatMap(rowsOf).map(_.toLong))
+      }
+    }
   }
 
   test("a refresh that lands after its lease could be called dead ends the keeping for good") {
