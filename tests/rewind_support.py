@@ -213,6 +213,27 @@ REWIND_STEPS = [
 # ---- a stateless sink built once and restored per test ------------------------------------
 
 
+@dataclass(frozen=True)
+class Pristine:
+    """Folders under ``work`` as they were built, copied aside to ``work/pristine``;
+    ``restore()`` puts them back in place: the same absolute paths, so the URIs a log or a
+    checkpoint holds stay valid (mtimes preserved). A sink built once serves several tests."""
+
+    work: Path
+    names: tuple[str, ...]
+
+    @classmethod
+    def save(cls, work: Path, names: list[str]) -> Pristine:
+        for name in names:
+            shutil.copytree(work / name, work / "pristine" / name)
+        return cls(work, tuple(names))
+
+    def restore(self) -> None:
+        for name in self.names:
+            shutil.rmtree(self.work / name, ignore_errors=True)
+            shutil.copytree(self.work / "pristine" / name, self.work / name)
+
+
 @dataclass
 class IdsSink:
     """The stateless sink: ``batches`` input files, one per batch, written with v = id.
@@ -248,13 +269,10 @@ class IdsSink:
         for b in range(self.batches):
             paths = [local(p) for p in log.files(b)]
             self.files_by_batch[b] = {p: os.path.getsize(p) for p in paths}
-        shutil.copytree(self.out, self.pristine / "out")
-        shutil.copytree(self.ck, self.pristine / "ck")
+        Pristine.save(self.work, ["out", "ck"])
 
     def restore(self) -> None:
-        for name in ("out", "ck"):
-            shutil.rmtree(self.work / name, ignore_errors=True)
-            shutil.copytree(self.pristine / name, self.work / name)
+        Pristine(self.work, ("out", "ck")).restore()
         for f in self.inbox.iterdir():
             if int(f.stem[1:]) >= self.batches:
                 f.unlink()

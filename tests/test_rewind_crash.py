@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import rewind_support as rs
@@ -175,16 +177,47 @@ def test_crash_resumed_by_the_cli(spark: SparkSession, sink: rs.IdsSink, testkit
     assert_sink_exact(spark, sink, CRASH_TO, N_BATCHES - 1)
 
 
+@dataclass
+class WindowSink:
+    """The windowed query's sink and checkpoint (``WINDOW_FILES`` batches), built once per module
+    and put back in place, as built, before each test (``rs.Pristine``); ``reference``: its rows."""
+
+    pristine: rs.Pristine
+    reference: list[tuple[Any, ...]]
+
+    @property
+    def out(self) -> Path:
+        return self.pristine.work / "out"
+
+    @property
+    def ck(self) -> Path:
+        return self.pristine.work / "ck"
+
+
+@pytest.fixture(scope="module")
+def built_window_sink(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> WindowSink:
+    work = tmp_path_factory.mktemp("window-sink")
+    window_input(work / "in")
+    with rs.confs(spark, rs.IDS_CONFS):  # as every test of the module runs (_ids_confs)
+        rs.run_window_query(spark, work / "in", work / "out", work / "ck")
+    reference = rs.rows_of(spark.read.parquet(str(work / "out")), "w", "k", "count")
+    return WindowSink(rs.Pristine.save(work, ["out", "ck"]), reference)
+
+
+@pytest.fixture
+def window_sink(built_window_sink: WindowSink) -> WindowSink:
+    built_window_sink.pristine.restore()
+    return built_window_sink
+
+
 @pytest.mark.parametrize("step", ["fence", "sink-log", "state", "source-logs"])
 def test_crash_mid_rewind_of_a_windowed_query_then_resume_replays_exactly(
-    spark: SparkSession, tmp_path: Path, step: str, testkit_jar: str
+    spark: SparkSession, window_sink: WindowSink, step: str, testkit_jar: str
 ) -> None:
     """A SIGKILL-like halt of the rewind command after each step of a stateful rewind, then the
     same rewind re-run: the windowed counts come out exactly as before the rewind."""
-    inbox, out, ck = tmp_path / "in", tmp_path / "out", tmp_path / "ck"
-    window_input(inbox)
-    rs.run_window_query(spark, inbox, out, ck)
-    reference = rs.rows_of(spark.read.parquet(str(out)), "w", "k", "count")
+    inbox, out, ck = window_sink.pristine.work / "in", window_sink.out, window_sink.ck
+    reference = window_sink.reference
     args = ["rewind", str(out), "--checkpoint", str(ck), "--to-batch", "6"]
     crashed = rs.run_cli(*rs.halt_after_rewind_step_confs(step), *args)
     assert crashed.returncode != 0 and f"rewind step '{step}' done" in crashed.stderr
