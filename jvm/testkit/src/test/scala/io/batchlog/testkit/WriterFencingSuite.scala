@@ -254,6 +254,16 @@ class WriterFencingSuite extends SparkSessionTestBase with RewindFixture {
     finally release.countDown()
   }
 
+  /**
+   * Waits up to 30 s for the lease of `s` to name `run`. A live run refreshes its lease every
+   * second, and with the fault-injecting manager a refresh goes through Hadoop's `FileContext`
+   * rename with overwrite, which on the local file system deletes the old file first: a read may
+   * find none for that instant. (Spark's default manager, which batchlog publishes through on a
+   * local disk, and HDFS and the object stores replace it atomically.)
+   */
+  private def awaitLeaseOf(s: Sink, run: String): Unit =
+    eventually(s"the lease to name run $run, not ${leaseOf(s)}")(leaseOf(s).exists(_.runId == run))
+
   /** The rows of the sink as plain Spark reads them, each as often as it is there. */
   private def rowList(s: Sink): Seq[Long] =
     spark.read.parquet(s.out.toString).collect().map(_.getLong(0)).toSeq.sorted
@@ -272,11 +282,11 @@ class WriterFencingSuite extends SparkSessionTestBase with RewindFixture {
             assert(ours(new File(s.out, "_spark_metadata")).getLatestBatchId().contains(0L))
             release.countDown() // the ended run's delete lands: then the restart takes the lease
             processAll(q)
-            assert(leaseOf(s).exists(_.runId == q.runId.toString))
+            awaitLeaseOf(s, q.runId.toString)
             Thread.sleep(2500) // more than two refresh intervals (1 s): the lease stays its own
             s.input.addData(rowsOf(2): _*)
             processAll(q)
-            assert(leaseOf(s).exists(_.runId == q.runId.toString))
+            awaitLeaseOf(s, q.runId.toString)
           }
         }
         assert(rowList(s) == (0 to 2).flatMap(rowsOf).map(_.toLong))
@@ -291,9 +301,9 @@ class WriterFencingSuite extends SparkSessionTestBase with RewindFixture {
         withHungRemoval(s) { (ended, release) =>
           withQuery(s.start()) { q =>
             processAll(q) // waited 4 s for the hung delete, then took the lease: batch 1 commits
-            assert(leaseOf(s).exists(_.runId == q.runId.toString))
+            awaitLeaseOf(s, q.runId.toString)
             release.countDown() // the ended run's delete lands over the restart's lease
-            eventually("the late removal")(leaseOf(s).isEmpty)
+            eventually("the late removal")(leaseOf(s).isEmpty) // the refreshes are over
             Thread.sleep(2500) // more than two refresh intervals (1 s)
             val m = failedBatch(s, q, 2)
             assert(m.contains("This query no longer holds its writer lease on"), m)
@@ -304,7 +314,7 @@ class WriterFencingSuite extends SparkSessionTestBase with RewindFixture {
           // the next start takes the lease again and commits batch 2, once
           withQuery(s.start()) { q =>
             processAll(q)
-            assert(leaseOf(s).exists(_.runId == q.runId.toString))
+            awaitLeaseOf(s, q.runId.toString)
           }
         }
         assert(rowList(s) == (0 to 2).flatMap(rowsOf).map(_.toLong))
