@@ -76,6 +76,9 @@ def _cluster_env(root: Path) -> dict[str, str]:
             # no REST submission server: it would bind a fixed port (6066); spark-submit here is
             # in client mode and does not use it
             "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",
+            # the master's and the worker's JVMs, with the flags of the suite's other JVMs (the
+            # client compiler, the serial collector, the class-data archive: conftest)
+            "SPARK_DAEMON_JAVA_OPTS": os.environ.get("SPARK_SUBMIT_OPTS", ""),
             "PYSPARK_PYTHON": sys.executable,
             "PYSPARK_DRIVER_PYTHON": sys.executable,
         }
@@ -184,6 +187,8 @@ def spark_submit(cluster: Cluster, jar: str, *app_args: str) -> subprocess.Compl
         "--conf", "spark.ui.enabled=false",
         "--conf", "spark.driver.host=127.0.0.1",
         "--conf", "spark.sql.shuffle.partitions=2",
+        # the executors' JVMs, with the flags of the suite's other JVMs (as the daemons above)
+        "--conf", f"spark.executor.extraJavaOptions={os.environ.get('SPARK_SUBMIT_OPTS', '')}",
         str(APP),
         *app_args,
     ]  # fmt: skip
