@@ -76,17 +76,22 @@ LOCAL_BLOCK_SIZE = 32 * 1024 * 1024  # Hadoop's local file system default block 
 #: fixtures it shares), and each process takes the next module when it is free; started first,
 #: the long ones end together instead of one of them alone at the end.
 LONG_MODULES = [
-    "test_repair_swap.py",
-    "test_repair_no_memory.py",
-    "test_integrity_writers.py",
-    "test_delta_coexistence.py",
-    "test_rewind_crash.py",
-    "test_storage.py",
-    "test_crash_kill.py",
-    "test_head_start.py",
-    "test_integrity_repair.py",
-    "test_docs_blocks.py",
-    "test_spark_submit_cluster.py",
+    "test_delta_coexistence.py",  # 339 s (2026-11-27, alone, 3 processes)
+    "test_storage.py",  # 222 s
+    "test_rewind_crash.py",  # 190 s
+    "test_crash_kill.py",  # 178 s
+    "test_spark_submit_cluster.py",  # 154 s
+    "test_s3_compaction.py",  # 135 s
+    "test_repair_no_memory.py",  # 125 s
+    "test_repair_swap.py",  # 118 s
+    "test_integrity_writers.py",  # 116 s
+    "test_containment.py",  # 111 s
+    "test_source.py",  # 100 s
+    "test_docs_blocks.py",  # 85 s
+    "test_source_kill.py",  # 70 s
+    "test_configure.py",  # 70 s
+    "test_cli.py",  # 61 s
+    "test_rewind.py",  # 60 s
 ]
 
 
