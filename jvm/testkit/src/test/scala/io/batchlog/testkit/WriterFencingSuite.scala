@@ -373,7 +373,7 @@ class WriterFencingSuite extends SparkSessionTestBase with RewindFixture {
           s.input.addData(rowsOf(0): _*)
           processAll(q) // watched it unchanged for 2 s, then took it
           val run = q.runId.toString
-          assert(leaseOf(s).exists(_.runId == run))
+          awaitLeaseOf(s, run)
           WriterLease.write(fm, meta, zombie.copy(refreshes = 2L)) // the zombie's late refresh
           eventually("the lease taken back")(leaseOf(s).exists(_.runId == run))
           s.input.addData(rowsOf(1): _*)
