@@ -105,6 +105,25 @@ class WriterFencingSuite extends SparkSessionTestBase with RewindFixture {
   private def withHungRefresh(s: Sink, clock: ManualClock)(
       body: (StreamingQuery, CountDownLatch, CountDownLatch) => Unit
   ): Unit = {
+    val hang = new HangOnce
+    try Clock.using(clock) {
+        withSQLConf(callOnLeaseWrites(leaseTimeout = "4s"): _*) {
+          withQuery(s.start()) { q =>
+            s.input.addData(rowsOf(0): _*)
+            processAll(q)
+            hang.armed.set(true)
+            body(q, hang.stalled, hang.release)
+          }
+        }
+      }
+    finally hang.release.countDown()
+  }
+
+  /**
+   * Makes the fault-injecting manager's callback hang the first call after `armed` is set (a hung
+   * request) until `release` is counted down, or 120 s pass; `stalled` says it hangs.
+   */
+  final private class HangOnce {
     val stalled = new CountDownLatch(1)
     val release = new CountDownLatch(1)
     val armed = new java.util.concurrent.atomic.AtomicBoolean(false)
@@ -113,17 +132,6 @@ class WriterFencingSuite extends SparkSessionTestBase with RewindFixture {
         stalled.countDown(); release.await(120, TimeUnit.SECONDS)
       }
     }
-    try Clock.using(clock) {
-        withSQLConf(callOnLeaseWrites(leaseTimeout = "4s"): _*) {
-          withQuery(s.start()) { q =>
-            s.input.addData(rowsOf(0): _*)
-            processAll(q)
-            armed.set(true)
-            body(q, stalled, release)
-          }
-        }
-      }
-    finally release.countDown()
   }
 
   test("a keeper whose refresh fails stops the query before it commits: files deleted") {
@@ -227,32 +235,32 @@ class WriterFencingSuite extends SparkSessionTestBase with RewindFixture {
   }
 
   /**
-   * Runs `body` with the sink's query stopped after batch 0 (a 4 s lease) while the ended run's
-   * removal of its lease hangs (a hung DELETE) until `body` counts `release` down, or it ends;
-   * batch 1's rows are given before. `body` gets the ended run's id.
+   * Runs `body` on a fresh sink whose query stopped after batch 0 (a 4 s lease) while the ended
+   * run's removal of its lease hangs (a hung DELETE) until `body` counts `release` down, or it
+   * ends; batch 1's rows are given before. `body` gets the ended run's id. Then plain Spark must
+   * read batches 0 to 2, each row once.
    */
-  private def withHungRemoval(s: Sink)(body: (String, CountDownLatch) => Unit): Unit = {
-    val stalled = new CountDownLatch(1)
-    val release = new CountDownLatch(1)
-    val armed = new java.util.concurrent.atomic.AtomicBoolean(false)
-    FaultInjectingCheckpointFileManager.callback = { _ =>
-      if (armed.get && stalled.getCount > 0) {
-        stalled.countDown(); release.await(120, TimeUnit.SECONDS)
+  private def withHungRemoval(body: (Sink, String, CountDownLatch) => Unit): Unit =
+    withHooks {
+      withTempDir { root =>
+        val s = Sink(root)
+        val hang = new HangOnce
+        try withSQLConf(callOnLease("delete", leaseTimeout = "4s"): _*) {
+            val ended = withQuery(s.start()) { q =>
+              s.input.addData(rowsOf(0): _*)
+              processAll(q)
+              hang.armed.set(true)
+              q.runId.toString
+            }
+            await(hang.stalled, "the ended run's removal of its lease")
+            s.input.addData(rowsOf(1): _*)
+            body(s, ended, hang.release)
+          }
+        finally hang.release.countDown()
+        val rows = spark.read.parquet(s.out.toString).collect().map(_.getLong(0)).toSeq.sorted
+        assert(rows == (0 to 2).flatMap(rowsOf).map(_.toLong))
       }
     }
-    try withSQLConf(callOnLease("delete", leaseTimeout = "4s"): _*) {
-        val ended = withQuery(s.start()) { q =>
-          s.input.addData(rowsOf(0): _*)
-          processAll(q)
-          armed.set(true)
-          q.runId.toString
-        }
-        await(stalled, "the ended run's removal of its lease")
-        s.input.addData(rowsOf(1): _*)
-        body(ended, release)
-      }
-    finally release.countDown()
-  }
 
   /**
    * Waits up to 30 s for the lease of `s` to name `run`. A live run refreshes its lease every
@@ -264,60 +272,44 @@ class WriterFencingSuite extends SparkSessionTestBase with RewindFixture {
   private def awaitLeaseOf(s: Sink, run: String): Unit =
     eventually(s"the lease to name run $run, not ${leaseOf(s)}")(leaseOf(s).exists(_.runId == run))
 
-  /** The rows of the sink as plain Spark reads them, each as often as it is there. */
-  private def rowList(s: Sink): Seq[Long] =
-    spark.read.parquet(s.out.toString).collect().map(_.getLong(0)).toSeq.sorted
-
   test("a restart waits for the ended run's removal of its lease, then takes it") {
     // Without the wait, the restarted run took the lease while the ended run's watcher was between
     // its check (the lease is its own) and its delete; the delete then removed the new run's lease
     // and the new run stopped at its next batch.
-    withHooks {
-      withTempDir { root =>
-        val s = Sink(root)
-        withHungRemoval(s) { (ended, release) =>
-          withQuery(s.start()) { q =>
-            Thread.sleep(2000) // the restart's batch 1 waits (up to the 4 s lease timeout)
-            assert(leaseOf(s).exists(_.runId == ended), "the restart took the lease")
-            assert(ours(new File(s.out, "_spark_metadata")).getLatestBatchId().contains(0L))
-            release.countDown() // the ended run's delete lands: then the restart takes the lease
-            processAll(q)
-            awaitLeaseOf(s, q.runId.toString)
-            Thread.sleep(2500) // more than two refresh intervals (1 s): the lease stays its own
-            s.input.addData(rowsOf(2): _*)
-            processAll(q)
-            awaitLeaseOf(s, q.runId.toString)
-          }
-        }
-        assert(rowList(s) == (0 to 2).flatMap(rowsOf).map(_.toLong))
+    withHungRemoval { (s, ended, release) =>
+      withQuery(s.start()) { q =>
+        Thread.sleep(2000) // the restart's batch 1 waits (up to the 4 s lease timeout)
+        assert(leaseOf(s).exists(_.runId == ended), "the restart took the lease")
+        assert(ours(new File(s.out, "_spark_metadata")).getLatestBatchId().contains(0L))
+        release.countDown() // the ended run's delete lands: then the restart takes the lease
+        processAll(q)
+        awaitLeaseOf(s, q.runId.toString)
+        Thread.sleep(2500) // more than two refresh intervals (1 s): the lease stays its own
+        s.input.addData(rowsOf(2): _*)
+        processAll(q)
+        awaitLeaseOf(s, q.runId.toString)
       }
     }
   }
 
   test("a removal that hangs past the restart's wait and lands later stops the restart, loudly") {
-    withHooks {
-      withTempDir { root =>
-        val s = Sink(root)
-        withHungRemoval(s) { (ended, release) =>
-          withQuery(s.start()) { q =>
-            processAll(q) // waited 4 s for the hung delete, then took the lease: batch 1 commits
-            awaitLeaseOf(s, q.runId.toString)
-            release.countDown() // the ended run's delete lands over the restart's lease
-            eventually("the late removal")(leaseOf(s).isEmpty) // the refreshes are over
-            Thread.sleep(2500) // more than two refresh intervals (1 s)
-            val m = failedBatch(s, q, 2)
-            assert(m.contains("This query no longer holds its writer lease on"), m)
-            assert(m.contains("was removed by another process"), m)
-            assert(m.contains("Batch 2 was not written to the sink; nothing was changed."), m)
-          }
-          assert(s.batchFiles(2L).isEmpty)
-          // the next start takes the lease again and commits batch 2, once
-          withQuery(s.start()) { q =>
-            processAll(q)
-            awaitLeaseOf(s, q.runId.toString)
-          }
-        }
-        assert(rowList(s) == (0 to 2).flatMap(rowsOf).map(_.toLong))
+    withHungRemoval { (s, _, release) =>
+      withQuery(s.start()) { q =>
+        processAll(q) // waited 4 s for the hung delete, then took the lease: batch 1 commits
+        awaitLeaseOf(s, q.runId.toString)
+        release.countDown() // the ended run's delete lands over the restart's lease
+        eventually("the late removal")(leaseOf(s).isEmpty) // the refreshes are over
+        Thread.sleep(2500) // more than two refresh intervals (1 s)
+        val m = failedBatch(s, q, 2)
+        assert(m.contains("This query no longer holds its writer lease on"), m)
+        assert(m.contains("was removed by another process"), m)
+        assert(m.contains("Batch 2 was not written to the sink; nothing was changed."), m)
+      }
+      assert(s.batchFiles(2L).isEmpty)
+      // the next start takes the lease again and commits batch 2, once
+      withQuery(s.start()) { q =>
+        processAll(q)
+        awaitLeaseOf(s, q.runId.toString)
       }
     }
   }
