@@ -7,7 +7,7 @@ The suite starts hundreds of such JVMs (each test process's session, the CLI, ``
 drivers, the apps of the crash tests, the plain-Spark reader).
 
 One archive per pyspark, Java and JVM flags: ``target/jvm-archives/<key>.jsa``, made once by a
-training run (``tests/apps/class_archive_training.py``, about 18 s) with
+training run (``tests/apps/class_archive_training.py``, about 30 s) with
 ``-XX:ArchiveClassesAtExit``, then named in ``SPARK_SUBMIT_OPTS`` for every JVM the suite starts.
 The JVM itself checks that the archive matches (the same Java, the same class path as a prefix,
 each jar unchanged): a JVM with another class path (another pyspark, ``--driver-class-path``)
