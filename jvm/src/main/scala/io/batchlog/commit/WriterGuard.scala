@@ -301,7 +301,6 @@ final class WriterGuard private (
    * the run this one replaced is that run's late refresh: it is taken back ([[replaced]]).
    */
   private def watch(queryThread: Thread, release: () => Unit): Unit = {
-    WriterGuard.runsHere.put(runId, queryThread)
     val t = new Thread(s"batchlog-writer-lease-$runId") {
       override def run(): Unit =
         try {
@@ -362,12 +361,11 @@ final class WriterGuard private (
         } finally {
           ended = true
           WriterGuard.runsHere.remove(runId)
-          WriterGuard.watchersHere.remove(runId, this)
           release()
         }
     }
     t.setDaemon(true)
-    WriterGuard.watchersHere.put(runId, t)
+    WriterGuard.runsHere.put(runId, WriterGuard.RunHere(queryThread, t))
     t.start()
   }
 }
@@ -386,15 +384,15 @@ object WriterGuard {
 
   private lazy val pid: Long = Compat.pid
 
-  /** The micro-batch threads of the runs holding a lease from this JVM, by run id. */
-  private val runsHere = new ConcurrentHashMap[String, Thread]()
+  /** A run holding a lease from this JVM: its micro-batch thread and its lease watcher. */
+  final private case class RunHere(query: Thread, watcher: Thread)
+
+  /** The runs holding a lease from this JVM, by run id, until their watcher let go of it. */
+  private val runsHere = new ConcurrentHashMap[String, RunHere]()
 
   /** True if `runId` ran in this JVM and its query thread has ended (its lease is going away). */
   def isDeadHere(runId: String): Boolean =
-    Option(runsHere.get(runId)).exists(!_.isAlive)
-
-  /** The lease watchers ([[watch]]) of the runs of this JVM, until each has let go of its lease. */
-  private val watchersHere = new ConcurrentHashMap[String, Thread]()
+    Option(runsHere.get(runId)).exists(!_.query.isAlive)
 
   /**
    * Waits up to `ms` for the watcher of `runId`, a run of this JVM whose query thread has ended, to
@@ -405,8 +403,8 @@ object WriterGuard {
    * ([[requireLease]]), loudly, and the next start takes the lease again.
    */
   private[commit] def awaitRemovalHere(runId: String, ms: Long): Boolean =
-    isDeadHere(runId) && {
-      Option(watchersHere.get(runId)).foreach(_.join(ms))
+    Option(runsHere.get(runId)).filter(!_.query.isAlive).exists { run =>
+      run.watcher.join(ms)
       true
     }
 
