@@ -227,11 +227,19 @@ class WriterFencingSuite extends SparkSessionTestBase with RewindFixture {
     WriterLease.read(ours(new File(meta.toUri)).checkpointFileManager, meta)
   }
 
-  /** Waits up to 30 s for `cond`, then asserts it. */
+  /**
+   * Waits up to 30 s for `cond` to hold once. It is evaluated once a round and never again after it
+   * held: a lease read can land in the instant a refresh replaces the file (see [[awaitLeaseOf]]),
+   * so a second read could fail what the first one proved.
+   */
   private def eventually(what: String)(cond: => Boolean): Unit = {
     val deadline = System.currentTimeMillis() + 30000
-    while (!cond && System.currentTimeMillis() < deadline) Thread.sleep(20)
-    assert(cond, s"timed out waiting for $what")
+    var held = cond
+    while (!held && System.currentTimeMillis() < deadline) {
+      Thread.sleep(20)
+      held = cond
+    }
+    assert(held, s"timed out waiting for $what")
   }
 
   /**
