@@ -88,12 +88,16 @@ class Writer:
     """A ``spark-submit`` of ``live_writer_app.py`` writing ``out``; stopped by PID at the end."""
 
     def __init__(
-        self, root: Path, confs: dict[str, str] | None = None, testkit_jar: str | None = None
+        self,
+        root: Path,
+        confs: dict[str, str] | None = None,
+        testkit_jar: str | None = None,
+        name: str = "writer",
     ) -> None:
         self.inp, self.out, self.chk = root / "in", root / "out", root / "chk"
-        self.control = root / "control"
+        self.control = root / ("control" if name == "writer" else f"{name}-control")
         self.control.mkdir(parents=True, exist_ok=True)
-        self.log = root / "writer.log"
+        self.log = root / f"{name}.log"
         all_confs = {
             "spark.ui.enabled": "false",
             "spark.sql.shuffle.partitions": "2",
@@ -372,3 +376,74 @@ def test_a_second_query_on_the_sink_is_refused_until_it_takes_the_sink_over(
     expected = {k: ids_of(range(k, k + 1)) for k in range(4)}
     expected.update({4: ids_of(range(14, 15)), 5: ids_of(range(15, 16))})
     assert_sink_exact(spark, out, expected)
+
+
+# ---- a lease removal that lands after another driver took the sink over -------------------
+
+
+def test_a_late_lease_removal_by_another_driver_stops_its_next_batch_loudly(
+    spark: SparkSession, tmp_path: Path, writers: list[Writer], testkit_jar: str
+) -> None:
+    """Two drivers, one query (one checkpoint): driver A stops the query and lives on, while its
+    removal of its lease hangs between the check (the lease is its own) and the delete. Driver B
+    (this test's session) restarts the query, waits until A's lease is stale, takes it and
+    commits batch 1. Then A's delete lands on B's lease: B stops at its next batch, loudly, and
+    commits nothing; its restart takes the lease again and goes on. Plain Spark reads batches 0
+    to 2, each once. (In one driver, a restart waits for the ended run's removal:
+    ``WriterFencingSuite``.)"""
+    held = tmp_path / "release-the-delete"
+    lease = tmp_path / "out" / "_batchlog" / LEASE
+    timeouts = {
+        "spark.batchlog.writer.leaseTimeout": "4s",
+        "spark.batchlog.writer.fenceWait": "60s",
+    }
+    fault = {
+        **timeouts,
+        "spark.hadoop.spark.sql.streaming.checkpointFileManagerClass": FAULT_MANAGER,
+        "spark.hadoop.spark.batchlog.test.fault.op": "delete",
+        "spark.hadoop.spark.batchlog.test.fault.pathRegex": f"{LEASE}$",
+        "spark.hadoop.spark.batchlog.test.fault.action": "await",
+        "spark.hadoop.spark.batchlog.test.fault.awaitFile": str(held),
+        "spark.hadoop.spark.batchlog.test.fault.stallMs": "600000",
+    }
+    a = Writer(tmp_path, fault, testkit_jar, name="driver-a")
+    writers.append(a)
+    write_input(a.inp, 0, 1, ROWS)
+    a.wait_latest(0)
+    (a.control / "linger").touch()
+    (a.control / "stop").touch()
+    assert poll(lambda: "[batchlog-fault] awaiting" in a.output(), WAIT_S), a.output()[-5000:]
+    assert "STOPPED" in a.output() and a.proc.poll() is None
+    assert json.loads(lease.read_text())["queryId"] == query_id(a.chk)  # A's, its delete held
+
+    write_input(a.inp, 1, 1, ROWS)
+    with sql_conf(spark, **SINK_CONFS, **timeouts):
+        q = (
+            spark.readStream.schema("id LONG, part STRING, payload STRING")
+            .option("maxFilesPerTrigger", 1)
+            .json(str(a.inp))
+            .writeStream.format("parquet")
+            .partitionBy("part")
+            .option("checkpointLocation", str(a.chk))
+            .trigger(processingTime="200 milliseconds")
+            .start(str(a.out))
+        )
+    try:
+        assert poll(lambda: (a.chk / "commits" / "1").exists() and latest(a.out) == 1, WAIT_S)
+        assert json.loads(lease.read_text())["runId"] == str(q.runId)
+        held.touch()  # A's delete lands, on B's lease
+        assert poll(lambda: "going on (true)" in a.output(), WAIT_S), a.output()[-5000:]
+        write_input(a.inp, 2, 1, ROWS)
+        with pytest.raises(StreamingQueryException) as e:
+            q.awaitTermination(WAIT_S)
+    finally:
+        q.stop()
+    msg = str(e.value)
+    assert "This query no longer holds its writer lease" in msg, msg[:3000]
+    assert "was removed by another process" in msg and "so batch 2 is not committed" in msg
+    assert not (a.chk / "commits" / "2").exists() and latest(a.out) == 1
+    (a.control / "exit").touch()
+    assert a.proc.wait(timeout=WAIT_S) == 0, a.output()[-5000:]
+
+    run_stream(spark, a.inp, a.out, a.chk)  # the restart takes the lease again
+    assert_sink_exact(spark, a.out, {b: ids_of(range(b, b + 1)) for b in range(3)})

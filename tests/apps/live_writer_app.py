@@ -5,7 +5,9 @@ its command line).
 
 File source (one file per micro-batch, a trigger every 200 ms) -> parquet sink partitioned by
 ``part``. It runs until ``CONTROL_DIR/stop`` exists (then stops the query and exits 0) or the
-query fails (then prints ``QUERY-FAILED <message>`` and exits 3). A test holds a batch in the
+query fails (then prints ``QUERY-FAILED <message>`` and exits 3). With ``CONTROL_DIR/linger``, the
+driver lives on after it stopped the query (a driver that goes on with other work) until
+``CONTROL_DIR/exit`` exists. A test holds a batch in the
 middle of its tasks by creating ``CONTROL_DIR/hold-<id>``: the row with that id then creates
 ``held-<id>`` and waits for ``go-<id>``.
 """
@@ -62,6 +64,13 @@ def main() -> None:
         sys.exit(3)
     q.stop()
     print("STOPPED", flush=True)
+    if os.path.exists(os.path.join(control, "linger")):
+        end = time.monotonic() + TIMEOUT_S
+        while not os.path.exists(os.path.join(control, "exit")):
+            if time.monotonic() > end:
+                print(f"TIMED-OUT no exit within {TIMEOUT_S} s", flush=True)
+                sys.exit(4)
+            time.sleep(0.05)
     spark.stop()
 
 

@@ -77,7 +77,7 @@ class FaultInjectingCheckpointFileManager(path: Path, hadoopConf: Configuration)
 object FaultInjectingCheckpointFileManager {
 
   val Ops: Set[String] = Set("createAtomic", "rename", "delete", "open", "list", "exists", "mkdirs")
-  val Actions: Set[String] = Set("fail", "stall", "halt", "call")
+  val Actions: Set[String] = Set("fail", "stall", "await", "halt", "call")
 
   /**
    * What the `call` action runs, with the path of the call, before the call goes on: another
@@ -99,7 +99,8 @@ object FaultInjectingCheckpointFileManager {
       action: String,
       nth: Long,
       times: Long,
-      stallMs: Long
+      stallMs: Long,
+      awaitFile: Option[java.io.File]
   ) {
     private val regex = pathRegex.r
     private val counter =
@@ -115,6 +116,16 @@ object FaultInjectingCheckpointFileManager {
         case "stall" =>
           System.err.println(s"[batchlog-fault] stalling ${stallMs} ms: $what")
           Thread.sleep(stallMs)
+        case "await" =>
+          // Another process's step, to interleave it at an exact point: the test creates the
+          // file when the call may go on (or stallMs passes).
+          val file = awaitFile.getOrElse(
+            throw new IllegalArgumentException(s"${TestkitConf.FaultAwaitFileKey} is not set")
+          )
+          System.err.println(s"[batchlog-fault] awaiting $file: $what")
+          val deadline = System.currentTimeMillis() + stallMs
+          while (!file.exists() && System.currentTimeMillis() < deadline) Thread.sleep(20)
+          System.err.println(s"[batchlog-fault] going on (${file.exists()}): $what")
         case "call" => callback(p)
         case "halt" =>
           System.err.println(s"[batchlog-fault] halting the JVM: $what")
@@ -139,7 +150,8 @@ object FaultInjectingCheckpointFileManager {
           action,
           conf.getLong(TestkitConf.FaultNthKey, 1L),
           conf.getLong(TestkitConf.FaultTimesKey, Long.MaxValue),
-          conf.getLong(TestkitConf.FaultStallMsKey, 5000L)
+          conf.getLong(TestkitConf.FaultStallMsKey, 5000L),
+          Option(conf.get(TestkitConf.FaultAwaitFileKey)).map(new java.io.File(_))
         )
       }
   }

@@ -27,8 +27,9 @@ object TestkitConf {
   val FaultPathRegexKey = "spark.batchlog.test.fault.pathRegex"
 
   /**
-   * `fail` (IOException), `stall` (sleep, then go on), `halt` (the JVM halts, as if killed) or
-   * `call` (runs `FaultInjectingCheckpointFileManager.callback`, then goes on).
+   * `fail` (IOException), `stall` (sleep, then go on), `await` (wait until the file
+   * [[FaultAwaitFileKey]] names exists, at most the stall time, then go on), `halt` (the JVM halts,
+   * as if killed) or `call` (runs `FaultInjectingCheckpointFileManager.callback`, then goes on).
    */
   val FaultActionKey = "spark.batchlog.test.fault.action"
 
@@ -38,6 +39,9 @@ object TestkitConf {
   /** How many matching calls fault from the nth on (default: all). */
   val FaultTimesKey = "spark.batchlog.test.fault.times"
 
-  /** How long `stall` sleeps. */
+  /** How long `stall` sleeps, and `await` waits at most. */
   val FaultStallMsKey = "spark.batchlog.test.fault.stallMs"
+
+  /** The file whose creation (by another process, a test) lets an `await` call go on. */
+  val FaultAwaitFileKey = "spark.batchlog.test.fault.awaitFile"
 }
