@@ -20,6 +20,7 @@ import pytest
 from conftest import TAGGED_FIELDS
 from plain_reader import READER
 from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
 from support import (
     FAULT_MANAGER,
     REPO,
@@ -164,23 +165,39 @@ SINK_CONFS = {
 }
 
 
-def run_stream(
-    spark: SparkSession, inp: Path, out: Path, chk: Path, partition_by: str = "part"
-) -> None:
-    """Runs the file source -> parquet sink query until all input present is processed
-    (one input file per batch, compactInterval 3)."""
-    with sql_conf(spark, **SINK_CONFS):
-        q = (
+def start_stream(
+    spark: SparkSession,
+    inp: Path,
+    out: Path,
+    chk: Path,
+    partition_by: str = "part",
+    every: str | None = None,
+    **confs: str,
+) -> StreamingQuery:
+    """Starts the file source -> parquet sink query (one input file per batch, compactInterval 3,
+    and ``confs`` on top): until all input present is processed, or with a trigger ``every``
+    (e.g. ``"200 milliseconds"``) until stopped."""
+    with sql_conf(spark, **{**SINK_CONFS, **confs}):
+        writer = (
             spark.readStream.schema("id LONG, part STRING, payload STRING")
             .option("maxFilesPerTrigger", 1)
             .json(str(inp))
             .writeStream.format("parquet")
             .partitionBy(partition_by)
             .option("checkpointLocation", str(chk))
-            .trigger(availableNow=True)
-            .start(str(out))
         )
-        await_query(q, out)
+        trigger = (
+            writer.trigger(processingTime=every) if every else writer.trigger(availableNow=True)
+        )
+        return trigger.start(str(out))
+
+
+def run_stream(
+    spark: SparkSession, inp: Path, out: Path, chk: Path, partition_by: str = "part"
+) -> None:
+    """Runs the file source -> parquet sink query until all input present is processed
+    (one input file per batch, compactInterval 3)."""
+    await_query(start_stream(spark, inp, out, chk, partition_by), out)
 
 
 def read_ids(spark: SparkSession, out: Path) -> list[int]:

@@ -14,13 +14,12 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from reliability_support import (
-    SINK_CONFS,
     TAGGED,
     batchlog,
     check_log,
     local_path,
     plain_read,
-    sql_conf,
+    start_stream,
     write_input,
 )
 from support import await_query
@@ -57,18 +56,7 @@ class Input:
 def run_query(spark: SparkSession, inp: Input, out: Path, chk: Path, **confs: str) -> None:
     """The query of ``reliability_support.run_stream`` (same checkpoint, same query), with
     ``confs`` on top of its sink confs (e.g. Spark's own commit protocol); raises its error."""
-    with sql_conf(spark, **{**SINK_CONFS, **confs}):
-        q = (
-            spark.readStream.schema("id LONG, part STRING, payload STRING")
-            .option("maxFilesPerTrigger", 1)
-            .json(str(inp.dir))
-            .writeStream.format("parquet")
-            .partitionBy("part")
-            .option("checkpointLocation", str(chk))
-            .trigger(availableNow=True)
-            .start(str(out))
-        )
-        await_query(q, out)
+    await_query(start_stream(spark, inp.dir, out, chk, **confs), out)
 
 
 def meta_names(out: Path) -> set[str]:

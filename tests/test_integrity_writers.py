@@ -33,6 +33,7 @@ from reliability_support import (
     spark_session,
     spark_submit,
     sql_conf,
+    start_stream,
     write_input,
 )
 
@@ -417,17 +418,7 @@ def test_a_late_lease_removal_by_another_driver_stops_its_next_batch_loudly(
     assert json.loads(lease.read_text())["queryId"] == query_id(a.chk)  # A's, its delete held
 
     write_input(a.inp, 1, 1, ROWS)
-    with sql_conf(spark, **SINK_CONFS, **timeouts):
-        q = (
-            spark.readStream.schema("id LONG, part STRING, payload STRING")
-            .option("maxFilesPerTrigger", 1)
-            .json(str(a.inp))
-            .writeStream.format("parquet")
-            .partitionBy("part")
-            .option("checkpointLocation", str(a.chk))
-            .trigger(processingTime="200 milliseconds")
-            .start(str(a.out))
-        )
+    q = start_stream(spark, a.inp, a.out, a.chk, every="200 milliseconds", **timeouts)
     try:
         assert poll(lambda: (a.chk / "commits" / "1").exists() and latest(a.out) == 1, WAIT_S)
         assert json.loads(lease.read_text())["runId"] == str(q.runId)
