@@ -172,24 +172,21 @@ def start_stream(
     chk: Path,
     partition_by: str = "part",
     every: str | None = None,
-    **confs: str,
 ) -> StreamingQuery:
-    """Starts the file source -> parquet sink query (one input file per batch, compactInterval 3,
-    and ``confs`` on top): until all input present is processed, or with a trigger ``every``
-    (e.g. ``"200 milliseconds"``) until stopped."""
-    with sql_conf(spark, **{**SINK_CONFS, **confs}):
-        writer = (
-            spark.readStream.schema("id LONG, part STRING, payload STRING")
-            .option("maxFilesPerTrigger", 1)
-            .json(str(inp))
-            .writeStream.format("parquet")
-            .partitionBy(partition_by)
-            .option("checkpointLocation", str(chk))
-        )
-        trigger = (
-            writer.trigger(processingTime=every) if every else writer.trigger(availableNow=True)
-        )
-        return trigger.start(str(out))
+    """Starts the file source -> parquet sink query (one input file per batch): until all input
+    present is processed, or with a trigger ``every`` (e.g. ``"200 milliseconds"``) until stopped.
+    Call it, and wait for the query, inside ``sql_conf(spark, **SINK_CONFS)``: the sink reads
+    some settings at every batch (the commit protocol), not once as the query starts."""
+    writer = (
+        spark.readStream.schema("id LONG, part STRING, payload STRING")
+        .option("maxFilesPerTrigger", 1)
+        .json(str(inp))
+        .writeStream.format("parquet")
+        .partitionBy(partition_by)
+        .option("checkpointLocation", str(chk))
+    )
+    trigger = writer.trigger(processingTime=every) if every else writer.trigger(availableNow=True)
+    return trigger.start(str(out))
 
 
 def run_stream(
@@ -197,7 +194,8 @@ def run_stream(
 ) -> None:
     """Runs the file source -> parquet sink query until all input present is processed
     (one input file per batch, compactInterval 3)."""
-    await_query(start_stream(spark, inp, out, chk, partition_by), out)
+    with sql_conf(spark, **SINK_CONFS):
+        await_query(start_stream(spark, inp, out, chk, partition_by), out)
 
 
 def read_ids(spark: SparkSession, out: Path) -> list[int]:

@@ -14,11 +14,13 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from reliability_support import (
+    SINK_CONFS,
     TAGGED,
     batchlog,
     check_log,
     local_path,
     plain_read,
+    sql_conf,
     start_stream,
     write_input,
 )
@@ -56,7 +58,8 @@ class Input:
 def run_query(spark: SparkSession, inp: Input, out: Path, chk: Path, **confs: str) -> None:
     """The query of ``reliability_support.run_stream`` (same checkpoint, same query), with
     ``confs`` on top of its sink confs (e.g. Spark's own commit protocol); raises its error."""
-    await_query(start_stream(spark, inp.dir, out, chk, **confs), out)
+    with sql_conf(spark, **{**SINK_CONFS, **confs}):
+        await_query(start_stream(spark, inp.dir, out, chk), out)
 
 
 def meta_names(out: Path) -> set[str]:
