@@ -390,9 +390,12 @@ object WriterGuard {
   /** The runs holding a lease from this JVM, by run id, until their watcher let go of it. */
   private val runsHere = new ConcurrentHashMap[String, RunHere]()
 
+  /** `runId`, if it ran in this JVM and its query thread has ended (its lease is going away). */
+  private def endedHere(runId: String): Option[RunHere] =
+    Option(runsHere.get(runId)).filter(!_.query.isAlive)
+
   /** True if `runId` ran in this JVM and its query thread has ended (its lease is going away). */
-  def isDeadHere(runId: String): Boolean =
-    Option(runsHere.get(runId)).exists(!_.query.isAlive)
+  def isDeadHere(runId: String): Boolean = endedHere(runId).isDefined
 
   /**
    * Waits up to `ms` for the watcher of `runId`, a run of this JVM whose query thread has ended, to
@@ -403,7 +406,7 @@ object WriterGuard {
    * ([[requireLease]]), loudly, and the next start takes the lease again.
    */
   private[commit] def awaitRemovalHere(runId: String, ms: Long): Boolean =
-    Option(runsHere.get(runId)).filter(!_.query.isAlive).exists { run =>
+    endedHere(runId).exists { run =>
       run.watcher.join(ms)
       true
     }
