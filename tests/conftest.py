@@ -16,6 +16,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import cpu_report
 import jvm_archive
 import pytest
 from plain_reader import READER, VANILLA_COMMIT_PROTOCOL, plain_env
@@ -76,23 +77,27 @@ LOCAL_BLOCK_SIZE = 32 * 1024 * 1024  # Hadoop's local file system default block 
 #: fixtures it shares), and each process takes the next module when it is free; started first,
 #: the long ones end together instead of one of them alone at the end.
 LONG_MODULES = [
-    "test_delta_coexistence.py",  # 339 s (2026-11-27, alone, 3 processes)
-    "test_storage.py",  # 222 s
-    "test_rewind_crash.py",  # 190 s
-    "test_crash_kill.py",  # 178 s
-    "test_spark_submit_cluster.py",  # 154 s
-    "test_s3_compaction.py",  # 135 s
-    "test_repair_no_memory.py",  # 125 s
-    "test_repair_swap.py",  # 118 s
-    "test_integrity_writers.py",  # 116 s
-    "test_containment.py",  # 111 s
-    "test_source.py",  # 100 s
-    "test_docs_blocks.py",  # 85 s
-    "test_source_kill.py",  # 70 s
-    "test_configure.py",  # 70 s
-    "test_cli.py",  # 61 s
-    "test_rewind.py",  # 60 s
+    "test_rewind_crash.py",  # 345 s (2026-11-27, alone, 3 processes; tests/cpu_report.py)
+    "test_delta_coexistence.py",  # 299 s
+    "test_storage.py",  # 191 s
+    "test_crash_kill.py",  # 159 s
+    "test_s3_compaction.py",  # 154 s
+    "test_containment.py",  # 149 s
+    "test_integrity_writers.py",  # 147 s
+    "test_source.py",  # 127 s
+    "test_repair_no_memory.py",  # 99 s
+    "test_docs_blocks.py",  # 97 s
+    "test_repair_swap.py",  # 88 s
+    "test_rewind.py",  # 76 s
+    "test_source_kill.py",  # 68 s
+    "test_cli.py",  # 67 s
+    "test_configure.py",  # 58 s
+    "test_spark_submit_cluster.py",  # 50 s
 ]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    cpu_report.register(config)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

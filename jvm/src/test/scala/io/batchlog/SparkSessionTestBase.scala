@@ -32,7 +32,17 @@ trait SparkSessionTestBase extends TempDirs with BeforeAndAfterAll with TimeLimi
 
   protected def spark: SparkSession = _spark
 
+  /** The JVM's CPU time (ns) and the wall clock (ns) as the suite started: see [[afterAll]]. */
+  private var started = (0L, 0L)
+
+  private def processCpuNanos: Long =
+    java.lang.management.ManagementFactory.getOperatingSystemMXBean match {
+      case os: com.sun.management.OperatingSystemMXBean => os.getProcessCpuTime
+      case _ => 0L
+    }
+
   override protected def beforeAll(): Unit = {
+    started = (processCpuNanos, System.nanoTime())
     super.beforeAll()
     val builder = SparkSession
       .builder()
@@ -55,7 +65,19 @@ trait SparkSessionTestBase extends TempDirs with BeforeAndAfterAll with TimeLimi
       SparkSession.clearActiveSession()
       SparkSession.clearDefaultSession()
       tempDirs.foreach(deleteRecursively)
-    } finally super.afterAll()
+    } finally {
+      super.afterAll()
+      // What the suite cost the machine, its session included (BATCHLOG_TEST_CPU=1; the suites
+      // run one at a time in their fork, so the JVM's CPU is theirs): for choosing what to make
+      // cheaper, as tests/cpu_report.py does for pytest's modules.
+      if (sys.env.get("BATCHLOG_TEST_CPU").contains("1")) {
+        val (cpu0, wall0) = started
+        println(
+          f"[cpu] ${getClass.getSimpleName}%-36s ${(processCpuNanos - cpu0) / 1e9}%7.1f s CPU " +
+            f"${(System.nanoTime() - wall0) / 1e9}%7.1f s wall"
+        )
+      }
+    }
   }
 
   /** A fresh temporary directory, deleted recursively at the end of the suite. */
