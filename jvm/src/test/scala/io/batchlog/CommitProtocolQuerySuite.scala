@@ -12,7 +12,7 @@ import org.apache.spark.TaskContext
 import org.apache.spark.internal.io.FileNameSpec
 import org.apache.spark.sql.expressions.UserDefinedFunction
 import io.batchlog.testshim.{intStream, MemoryStream}
-import org.apache.spark.sql.functions.{col, udf}
+import org.apache.spark.sql.functions.{col, input_file_name, udf}
 import org.apache.spark.sql.streaming.{StreamingQuery, StreamingQueryException}
 
 import io.batchlog.commit.WriterGuard
@@ -102,10 +102,12 @@ class CommitProtocolQuerySuite extends SparkSessionTestBase {
 
   private def localPath(logged: String): String = new Path(new URI(logged)).toUri.getPath
 
-  private def readIds(fmt: String, paths: Seq[String]): Seq[Long] =
-    if (paths.isEmpty) Nil
-    else spark.read.format(fmt).schema("id LONG").load(paths: _*).collect().map(_.getLong(0))
-      .toSeq.sorted
+  /** The ids in each of `paths` (local paths), read by one Spark job. */
+  private def idsByFile(fmt: String, paths: Seq[String]): Map[String, Seq[Long]] =
+    if (paths.isEmpty) Map.empty
+    else spark.read.format(fmt).schema("id LONG").load(paths: _*)
+      .select(col("id"), input_file_name()).collect().toSeq
+      .groupBy(r => localPath(r.getString(1))).map { case (f, rows) => f -> rows.map(_.getLong(0)) }
 
   /**
    * Checks the sink after batches `0..last`: log layout, every line tagged with the right batch,
@@ -139,8 +141,10 @@ class CommitProtocolQuerySuite extends SparkSessionTestBase {
       assert(name.endsWith(if (s.fmt == "json") ".json" else ".parquet"), name)
       if (s.partitioned) assert(new File(p).getParentFile.getName.startsWith("p="), p)
     }
+    val idsIn = idsByFile(s.fmt, logged.map(_._1))
     ids.foreach { b =>
-      assert(readIds(s.fmt, perBatch(b.toLong)) === rowsOf(b).map(_.toLong), s"rows of batch $b")
+      val rows = perBatch(b.toLong).flatMap(p => idsIn.getOrElse(localPath(p), Nil)).sorted
+      assert(rows === rowsOf(b).map(_.toLong), s"rows of batch $b")
     }
     val all = spark.read.format(s.fmt).load(s.out.toString)
     assert(all.select("id").collect().map(_.getLong(0)).toSeq.sorted ===

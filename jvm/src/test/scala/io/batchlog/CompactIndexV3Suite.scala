@@ -2,7 +2,7 @@ package io.batchlog
 
 import java.io.File
 import java.nio.charset.StandardCharsets.UTF_8
-import java.nio.file.Files
+import java.nio.file.{Files, StandardCopyOption}
 
 import org.apache.hadoop.fs.{FileStatus, Path}
 
@@ -130,7 +130,12 @@ class CompactIndexV3Suite extends CompactIndexTestBase {
       Left(s"its block at byte ${b.at} holds batch 5 outside its range"))
   }
 
-  /** An interval-50 log of `batches` batches (1-3 entries each) and its latest compact id. */
+  /**
+   * An interval-50 log of `batches` batches (1-3 entries each) and its latest compact id. Built
+   * once per size and suite, then copied (modification times kept: an index proves its compact file
+   * by them) into each test's own directory, with a log instance of its own, as a restarted query
+   * would have: the tests damage and rewrite it.
+   */
   private def withBigLog(batches: Int)(f: (
       File,
       io.batchlog.log.BatchTaggedFileStreamSinkLog,
@@ -139,11 +144,24 @@ class CompactIndexV3Suite extends CompactIndexTestBase {
     BatchLogConf.CompactIntervalKey -> "50",
     BatchLogConf.CleanupDelayKey -> "0" // only the latest compact file is left
   ) {
+    val built = bigLogs.getOrElseUpdate(
+      batches, {
+        val dir = createTempDir()
+        buildSink(dir, batches, perBatch)
+        dir
+      }
+    )
     withTempDir { root =>
-      val log = buildSink(root, batches, perBatch)
+      Files.walk(built.toPath).forEach { from =>
+        val to = root.toPath.resolve(built.toPath.relativize(from))
+        if (!Files.isDirectory(from)) Files.copy(from, to, StandardCopyOption.COPY_ATTRIBUTES)
+        else Files.createDirectories(to)
+      }
+      val log = ours(new File(root, "_spark_metadata"))
       f(root, log, ((batches / 50) * 50 - 1).toLong)
     }
   }
+  private val bigLogs = scala.collection.mutable.Map.empty[Int, File]
 
   private def expected(b: Long): Seq[String] = entries(b, perBatch(b)).map(_.path).toSeq
 
