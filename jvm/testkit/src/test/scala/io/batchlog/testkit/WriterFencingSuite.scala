@@ -10,7 +10,7 @@ import org.apache.spark.sql.expressions.UserDefinedFunction
 import org.apache.spark.sql.functions.{col, udf}
 import org.apache.spark.sql.streaming.{StreamingQuery, StreamingQueryException}
 
-import io.batchlog.{BatchLogConf, BatchLogException, ManualClock, RewindFixture}
+import io.batchlog.{BatchLogConf, ManualClock, RewindFixture}
 import io.batchlog.commit.WriterGuard
 import io.batchlog.SparkSessionTestBase
 import io.batchlog.TestLogs._
