@@ -23,9 +23,17 @@ the run within 10% of the second tenth's), and the commit latency's p99 over the
 share of ``--short-runs`` its batches are of ``--batches`` (``--batches 0``: the Connect stretch
 alone, with all ``--short-runs``).
 
+Side by side, as every benchmark here: the same loop runs twice, each in a process and a driver
+of its own (``--variant``): with batchlog, and on vanilla Spark (no batchlog jar, Spark's own
+commit protocol; the downstream query on Spark's file source over the sink; no verify, vacuum or
+rewind, and a plain read instead of the read by batch). A driver's figures can grow for reasons
+of Spark's own (a Connect server keeps every stopped query for an hour); what batchlog adds is
+the difference: its growth beyond vanilla's, judged against 10% of its second tenth (commit
+latency: its p99 ratio within 1.5x of vanilla's).
+
 Usage: python bench/soak.py [--batches 10000] [--round 500] [--short-runs 200]
-       [--connect-batches 2000] [--connect-round N] [--work DIR] [--json FILE] [--plot FILE]
-       [--heap-dump FILE]
+       [--connect-batches 2000] [--connect-round N] [--variant both|batchlog|vanilla]
+       [--work DIR] [--json FILE] [--plot FILE] [--heap-dump FILE]
 """
 
 from __future__ import annotations
@@ -56,10 +64,11 @@ sys.path.insert(0, str(ROOT / "tests"))
 import batchlog  # noqa: E402
 
 ROWS = 4  # rows per input file (per batch)
+VARIANTS = ("batchlog", "vanilla")
+VANILLA_PROTOCOL = "org.apache.spark.sql.execution.streaming.ManifestFileCommitProtocol"
 SCHEMA = "id LONG, ts TIMESTAMP, country STRING"
 COMPACT_INTERVAL = "10"
 CONFS = {
-    "spark.sql.streaming.commitProtocolClass": batchlog.COMMIT_PROTOCOL_CLASS,
     "spark.sql.streaming.fileSink.log.compactInterval": COMPACT_INTERVAL,
     "spark.sql.shuffle.partitions": "1",
     # every batch of a round in the query's recentProgress (Spark keeps 100 by default)
@@ -90,6 +99,7 @@ class Sample:
 @dataclass
 class Run:
     mode: str  # "py4j" or "connect"
+    variant: str = "batchlog"  # or "vanilla": the same loop without batchlog
     batches: int = 0
     short_runs: int = 0
     samples: list[Sample] = field(default_factory=list)
@@ -202,10 +212,11 @@ def upstream(spark: Any, inbox: Path, sink: str, chk: str) -> list[tuple[int, fl
     ]
 
 
-def downstream(spark: Any, sink: str, out: str, chk: str) -> None:
-    """A query on the batchlog source over the sink, to the end (availableNow)."""
+def downstream(spark: Any, sink: str, out: str, chk: str, vanilla: bool) -> None:
+    """A query on the batchlog source over the sink (vanilla: Spark's file source, which reads
+    the sink's log too), to the end (availableNow)."""
     q = (
-        spark.readStream.format("batchlog")
+        spark.readStream.format("parquet" if vanilla else "batchlog")
         .schema("id LONG, ts TIMESTAMP, country STRING")
         .load(sink)
         .writeStream.format("parquet")
@@ -246,9 +257,17 @@ def timed(steps: dict[str, float], name: str) -> Iterator[None]:
 
 
 def soak(
-    spark: Any, pid: int, mode: str, work: Path, batches: int, per_round: int, shorts: int
+    spark: Any,
+    pid: int,
+    mode: str,
+    work: Path,
+    batches: int,
+    per_round: int,
+    shorts: int,
+    vanilla: bool = False,
 ) -> Run:
-    run = Run(mode)
+    run = Run(mode, "vanilla" if vanilla else "batchlog")
+    label = f"{mode}, {run.variant}"
     # the sink keeps the last two rounds' batches: its log and index stop growing after those (as
     # a production sink with retention does), and the downstream query, a round behind at most,
     # never finds its next batch dropped
@@ -273,25 +292,35 @@ def soak(
         run.latencies += lat
         run.batches += n
         with timed(steps, "downstream"):
-            downstream(spark, sink, down, down_chk)
-        # the sink's latest batch (no-data batches of the watermark count too), and the last with
-        # input rows
-        latest = int(batchlog.SinkLog(spark, sink).latest_batch() or 0)
-        last_data = lat[-1][0]
-        with timed(steps, "verify"):
-            batchlog.verify(spark, sink)
-        with timed(steps, "vacuum"):
-            # the files retention dropped from the log, deleted as a production sink's are
-            batchlog.vacuum(spark, sink, older_than="1m", dry_run=False, quiet=True)
-        with timed(steps, "rewind dry run"):
-            to = max(0, latest - 5)
-            plan = batchlog.rewind(spark, sink, chk, to_batch=to, dry_run=True, quiet=True)
-        with timed(steps, "read by batch"):
-            got = batchlog.read(
-                spark, sink, "parquet", from_batch=last_data, to_batch=last_data
-            ).count()
-        if got != ROWS:
-            raise SystemExit(f"round {r}: batch {last_data} read back {got} rows, expected {ROWS}")
+            downstream(spark, sink, down, down_chk, vanilla)
+        rewound = "-"
+        if vanilla:  # nothing of batchlog's: a plain read of the sink instead of a read by batch
+            with timed(steps, "plain read"):
+                got = spark.read.parquet(sink).count()
+            if got < ROWS:
+                raise SystemExit(f"round {r}: the sink read back {got} rows, expected >= {ROWS}")
+        else:
+            # the sink's latest batch (no-data batches of the watermark count too), and the last
+            # with input rows
+            latest = int(batchlog.SinkLog(spark, sink).latest_batch() or 0)
+            last_data = lat[-1][0]
+            with timed(steps, "verify"):
+                batchlog.verify(spark, sink)
+            with timed(steps, "vacuum"):
+                # the files retention dropped from the log, deleted as a production sink's are
+                batchlog.vacuum(spark, sink, older_than="1m", dry_run=False, quiet=True)
+            with timed(steps, "rewind dry run"):
+                to = max(0, latest - 5)
+                plan = batchlog.rewind(spark, sink, chk, to_batch=to, dry_run=True, quiet=True)
+                rewound = str(len(plan.plan.affected_batches))
+            with timed(steps, "read by batch"):
+                got = batchlog.read(
+                    spark, sink, "parquet", from_batch=last_data, to_batch=last_data
+                ).count()
+            if got != ROWS:
+                raise SystemExit(
+                    f"round {r}: batch {last_data} read back {got} rows, expected {ROWS}"
+                )
         due = round(shorts * (r + 1) / rounds)
         while run.short_runs < due:
             with timed(steps, "short runs"):
@@ -315,18 +344,18 @@ def soak(
             run.bytes_grown = dict((size - second_size).most_common(20))
         p = [ms for _, ms in lat]
         print(
-            f"[soak {mode}] round {r + 1}/{rounds}: batches {run.batches:>6,}  "
+            f"[soak {label}] round {r + 1}/{rounds}: batches {run.batches:>6,}  "
             f"heap {heap:7.1f} MiB  threads {threads:4d}  fds {fds:4d}  commit (addBatch) "
-            f"median {statistics.median(p):6.1f} ms  rewind plan {len(plan.plan.affected_batches)} "
+            f"median {statistics.median(p):6.1f} ms  rewind plan {rewound} "
             f"batches  short runs {run.short_runs}  "
             + "  ".join(f"{k} {v:.1f}s" for k, v in steps.items()),
             flush=True,
         )
-    print(f"[soak {mode}] threads more than after the first round: {run.threads_grown}")
+    print(f"[soak {label}] threads more than after the first round: {run.threads_grown}")
     print(
-        f"[soak {mode}] batchlog instances more than after the first round: {run.instances_grown}"
+        f"[soak {label}] batchlog instances more than after the first round: {run.instances_grown}"
     )
-    print(f"[soak {mode}] live bytes grown most since the second round: {run.bytes_grown}")
+    print(f"[soak {label}] live bytes grown most since the second round: {run.bytes_grown}")
     return run
 
 
@@ -358,6 +387,7 @@ def judge(run: Run) -> list[dict[str, Any]]:
         out.append(
             {
                 "mode": run.mode,
+                "variant": run.variant,
                 "measure": name,
                 "second_tenth": round(second, 1),
                 "last_tenth": round(last, 1),
@@ -371,6 +401,7 @@ def judge(run: Run) -> list[dict[str, Any]]:
     out.append(
         {
             "mode": run.mode,
+            "variant": run.variant,
             "measure": "commit latency p99 (ms)",
             "second_tenth": second,
             "last_tenth": last,
@@ -382,15 +413,65 @@ def judge(run: Run) -> list[dict[str, Any]]:
     return out
 
 
+def beyond_vanilla(verdicts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """batchlog's growth beyond vanilla's, per mode and measure: the difference of their growths
+    from the second tenth to the last, within 10% of batchlog's second tenth (commit latency:
+    batchlog's p99 ratio within 1.5x of vanilla's)."""
+    by = {(v["mode"], v["variant"], v["measure"]): v for v in verdicts}
+    out = []
+    for (mode, variant, measure), ours in by.items():
+        van = by.get((mode, "vanilla", measure))
+        if variant != "batchlog" or van is None:
+            continue
+        if measure.startswith("commit latency"):
+            extra = ours["ratio"] / van["ratio"] if van["ratio"] else float("inf")
+            met, goal = extra <= 1.5, "<= 1.5x"
+        else:
+            extra = (ours["last_tenth"] - ours["second_tenth"]) - (
+                van["last_tenth"] - van["second_tenth"]
+            )
+            met, goal = (
+                extra <= 0.10 * ours["second_tenth"],
+                f"<= {0.10 * ours['second_tenth']:,.1f}",
+            )
+        out.append(
+            {
+                "mode": mode,
+                "measure": measure,
+                "batchlog_growth": round(ours["last_tenth"] - ours["second_tenth"], 1),
+                "vanilla_growth": round(van["last_tenth"] - van["second_tenth"], 1),
+                "beyond_vanilla": round(extra, 3),
+                "goal": goal,
+                "met": met,
+            }
+        )
+    return out
+
+
 def table(verdicts: list[dict[str, Any]]) -> str:
     lines = [
-        f"{'mode':<8} {'measure':<26} {'2nd tenth':>10} {'last tenth':>11} {'ratio':>6} "
-        f"{'goal':>7}  verdict"
+        f"{'mode':<8} {'variant':<9} {'measure':<26} {'2nd tenth':>10} {'last tenth':>11} "
+        f"{'ratio':>6} {'goal':>7}  verdict"
     ]
     for v in verdicts:
         lines.append(
-            f"{v['mode']:<8} {v['measure']:<26} {v['second_tenth']:>10,.1f} "
-            f"{v['last_tenth']:>11,.1f} {v['ratio']:>6.3f} {v['goal']:>7}  "
+            f"{v['mode']:<8} {v.get('variant', 'batchlog'):<9} {v['measure']:<26} "
+            f"{v['second_tenth']:>10,.1f} {v['last_tenth']:>11,.1f} {v['ratio']:>6.3f} "
+            f"{v['goal']:>7}  " + ("MET" if v["met"] else "NOT MET")
+        )
+    return "\n".join(lines)
+
+
+def beyond_table(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "batchlog's growth beyond vanilla Spark's (second tenth to last; latency: p99 ratios):",
+        f"{'mode':<8} {'measure':<26} {'batchlog':>9} {'vanilla':>9} {'beyond':>8} "
+        f"{'goal':>9}  verdict",
+    ]
+    for v in rows:
+        lines.append(
+            f"{v['mode']:<8} {v['measure']:<26} {v['batchlog_growth']:>9,.1f} "
+            f"{v['vanilla_growth']:>9,.1f} {v['beyond_vanilla']:>8,.2f} {v['goal']:>9}  "
             + ("MET" if v["met"] else "NOT MET")
         )
     return "\n".join(lines)
@@ -405,13 +486,15 @@ def plot(runs: list[Run], file: Path) -> None:
 
     fig, axes = plt.subplots(2, 2, figsize=(11, 7), sharex=False)
     for run in runs:
+        label = f"{run.mode}, {run.variant}"
+        style = "--" if run.variant == "vanilla" else "-"
         xs = [s.batches for s in run.samples[1:]]
         for ax, ys, title in (
             (axes[0][0], [s.heap_mib for s in run.samples[1:]], "live heap after GC (MiB)"),
             (axes[0][1], [s.threads for s in run.samples[1:]], "threads"),
             (axes[1][0], [s.fds for s in run.samples[1:]], "open file descriptors"),
         ):
-            ax.plot(xs, ys, marker=".", label=run.mode)
+            ax.plot(xs, ys, style, marker=".", label=label)
             ax.set_title(title)
             ax.set_ylim(bottom=0)
         per_round: dict[int, list[float]] = {}
@@ -422,8 +505,9 @@ def plot(runs: list[Run], file: Path) -> None:
         axes[1][1].plot(
             [bounds[r] for r in per_round],
             [p99(v) for v in per_round.values()],
+            style,
             marker=".",
-            label=run.mode,
+            label=label,
         )
         axes[1][1].set_title("commit (addBatch) p99 per round (ms)")
         axes[1][1].set_ylim(bottom=0)
@@ -431,7 +515,7 @@ def plot(runs: list[Run], file: Path) -> None:
         for ax in row:
             ax.set_xlabel("upstream batches")
             ax.legend()
-    fig.suptitle("batchlog soak: one driver, query runs restarted every round")
+    fig.suptitle("soak: one driver, query runs restarted every round; batchlog and vanilla Spark")
     fig.tight_layout()
     file.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(file, dpi=90)
@@ -440,12 +524,15 @@ def plot(runs: list[Run], file: Path) -> None:
 # ---- the sessions -------------------------------------------------------------------------------
 
 
-def classic_session() -> tuple[Any, int]:
+def classic_session(vanilla: bool) -> tuple[Any, int]:
     from pyspark.sql import SparkSession
 
-    builder = batchlog.configure(SparkSession.builder).master("local[2]").appName("batchlog-soak")
+    builder = SparkSession.builder if vanilla else batchlog.configure(SparkSession.builder)
+    builder = builder.master("local[2]").appName("batchlog-soak")
+    protocol = VANILLA_PROTOCOL if vanilla else batchlog.COMMIT_PROTOCOL_CLASS
     for k, v in {
         **CONFS,
+        "spark.sql.streaming.commitProtocolClass": protocol,
         **SERVER_CONFS,
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
@@ -458,13 +545,12 @@ def classic_session() -> tuple[Any, int]:
     return spark, pid
 
 
-def run_connect(work: Path, args: argparse.Namespace) -> Run:
+def run_connect(work: Path, args: argparse.Namespace, vanilla: bool) -> Run:
     from connect_support import batchlog_server_conf, start_connect_server, stop_connect_server
     from pyspark.sql.connect.session import SparkSession as ConnectSession
 
-    proc, url = start_connect_server(
-        work / "server", [batchlog.jar_path()], {**batchlog_server_conf(), **CONFS, **SERVER_CONFS}
-    )
+    jars, conf = ([], {}) if vanilla else ([batchlog.jar_path()], batchlog_server_conf())
+    proc, url = start_connect_server(work / "server", jars, {**conf, **CONFS, **SERVER_CONFS})
     try:
         spark = ConnectSession.builder.remote(url).getOrCreate()
         try:
@@ -478,11 +564,88 @@ def run_connect(work: Path, args: argparse.Namespace) -> Run:
                 args.short_runs * args.connect_batches // args.batches
                 if args.batches
                 else args.short_runs,
+                vanilla,
             )
         finally:
             spark.stop()
     finally:
         stop_connect_server(proc)
+
+
+def run_variant(args: argparse.Namespace, variant: str) -> list[Run]:
+    """The loop with one variant, in this process: py4j, then Connect."""
+    vanilla = variant == "vanilla"
+    work = args.work or Path(tempfile.mkdtemp(prefix=f"batchlog-soak-{variant}-"))
+    runs = []
+    try:
+        if args.batches > 0:
+            spark, pid = classic_session(vanilla)
+            try:
+                runs.append(
+                    soak(
+                        spark,
+                        pid,
+                        "py4j",
+                        work / "py4j",
+                        args.batches,
+                        args.round,
+                        args.short_runs,
+                        vanilla,
+                    )
+                )
+                if args.heap_dump:
+                    dump = args.heap_dump.resolve()
+                    subprocess.run(["jcmd", str(pid), "GC.heap_dump", str(dump)], check=True)
+            finally:
+                spark.stop()
+        if args.connect_batches > 0:
+            runs.append(run_connect(work, args, vanilla))
+    finally:
+        if args.work is None:
+            shutil.rmtree(work, ignore_errors=True)
+    return runs
+
+
+def run_side_by_side(args: argparse.Namespace) -> list[Run]:
+    """Each variant in a process (and a driver JVM, a Connect server) of its own, one after the
+    other; their runs as they wrote them."""
+    runs = []
+    with tempfile.TemporaryDirectory(prefix="batchlog-soak-") as tmp:
+        for variant in VARIANTS:
+            out = Path(tmp) / f"{variant}.json"
+            cmd = [
+                sys.executable,
+                __file__,
+                "--variant",
+                variant,
+                "--json",
+                str(out),
+                "--batches",
+                str(args.batches),
+                "--round",
+                str(args.round),
+                "--short-runs",
+                str(args.short_runs),
+                "--connect-batches",
+                str(args.connect_batches),
+            ]
+            if args.connect_round:
+                cmd += ["--connect-round", str(args.connect_round)]
+            if args.work:
+                cmd += ["--work", str(args.work / variant)]
+            if args.heap_dump and variant == "batchlog":
+                cmd += ["--heap-dump", str(args.heap_dump)]
+            # its verdicts are judged here, with the other variant's: its exit status is not
+            subprocess.run(cmd, check=False)
+            if not out.is_file():
+                raise SystemExit(
+                    f"the {variant} soak wrote no result ({out}): see its output above"
+                )
+            for r in json.loads(out.read_text())["runs"]:
+                samples = [Sample(**x) for x in r.pop("samples")]
+                latencies = [(int(b), float(ms)) for b, ms in r.pop("latencies")]
+                runs.append(Run(**r, samples=samples, latencies=latencies))
+    return runs
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -493,6 +656,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--connect-batches", type=int, default=2000)
     ap.add_argument(
         "--connect-round", type=int, help="batches a round over Connect (default: --round)"
+    )
+    ap.add_argument(
+        "--variant",
+        choices=("both", *VARIANTS),
+        default="both",
+        help="both (default: batchlog, then vanilla Spark, each in a process of its own), or one",
     )
     ap.add_argument("--work", type=Path)
     ap.add_argument("--json", type=Path)
@@ -505,37 +674,26 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.round > 4000:
         ap.error("--round: at most 4000 (the batches of a round must fit in recentProgress)")
-    work = args.work or Path(tempfile.mkdtemp(prefix="batchlog-soak-"))
-    runs = []
-    try:
-        if args.batches > 0:
-            spark, pid = classic_session()
-            try:
-                runs.append(
-                    soak(
-                        spark, pid, "py4j", work / "py4j", args.batches, args.round, args.short_runs
-                    )
-                )
-                if args.heap_dump:
-                    dump = args.heap_dump.resolve()
-                    subprocess.run(["jcmd", str(pid), "GC.heap_dump", str(dump)], check=True)
-            finally:
-                spark.stop()
-        if args.connect_batches > 0:
-            runs.append(run_connect(work, args))
-    finally:
-        if args.work is None:
-            shutil.rmtree(work, ignore_errors=True)
+    runs = run_side_by_side(args) if args.variant == "both" else run_variant(args, args.variant)
     verdicts = [v for r in runs for v in judge(r)]
+    beyond = beyond_vanilla(verdicts)
     print(table(verdicts))
+    if beyond:
+        print(beyond_table(beyond))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(
-            json.dumps({"runs": [asdict(r) for r in runs], "verdicts": verdicts}, indent=1) + "\n"
+            json.dumps(
+                {"runs": [asdict(r) for r in runs], "verdicts": verdicts, "beyond_vanilla": beyond},
+                indent=1,
+            )
+            + "\n"
         )
     if args.plot:
         plot(runs, args.plot)
-    return 0 if all(v["met"] for v in verdicts) else 1
+    # with vanilla beside it, batchlog is judged by what it adds; alone, by its own figures
+    judged = beyond or [v for v in verdicts if v["variant"] == "batchlog"]
+    return 0 if all(v["met"] for v in judged) else 1
 
 
 if __name__ == "__main__":
