@@ -496,7 +496,6 @@ def plot(runs: list[Run], file: Path) -> None:
         ):
             ax.plot(xs, ys, style, marker=".", label=label)
             ax.set_title(title)
-            ax.set_ylim(bottom=0)
         per_round: dict[int, list[float]] = {}
         bounds = xs
         for i, (_, ms) in enumerate(run.latencies):
@@ -510,9 +509,9 @@ def plot(runs: list[Run], file: Path) -> None:
             label=label,
         )
         axes[1][1].set_title("commit (addBatch) p99 per round (ms)")
-        axes[1][1].set_ylim(bottom=0)
     for row in axes:
         for ax in row:
+            ax.set_ylim(bottom=0)  # after every run's line: the top fits them all
             ax.set_xlabel("upstream batches")
             ax.legend()
     fig.suptitle("soak: one driver, query runs restarted every round; batchlog and vanilla Spark")
@@ -641,10 +640,17 @@ def run_side_by_side(args: argparse.Namespace) -> list[Run]:
                 raise SystemExit(
                     f"the {variant} soak wrote no result ({out}): see its output above"
                 )
-            for r in json.loads(out.read_text())["runs"]:
-                samples = [Sample(**x) for x in r.pop("samples")]
-                latencies = [(int(b), float(ms)) for b, ms in r.pop("latencies")]
-                runs.append(Run(**r, samples=samples, latencies=latencies))
+            runs += runs_of(out)
+    return runs
+
+
+def runs_of(file: Path) -> list[Run]:
+    """The runs a ``--json`` file holds (``plot(runs_of(f), png)`` draws them again)."""
+    runs = []
+    for r in json.loads(file.read_text())["runs"]:
+        samples = [Sample(**x) for x in r.pop("samples")]
+        latencies = [(int(b), float(ms)) for b, ms in r.pop("latencies")]
+        runs.append(Run(**r, samples=samples, latencies=latencies))
     return runs
 
 
