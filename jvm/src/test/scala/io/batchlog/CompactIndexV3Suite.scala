@@ -152,11 +152,13 @@ class CompactIndexV3Suite extends CompactIndexTestBase {
       }
     )
     withTempDir { root =>
-      Files.walk(built.toPath).forEach { from =>
-        val to = root.toPath.resolve(built.toPath.relativize(from))
-        if (!Files.isDirectory(from)) Files.copy(from, to, StandardCopyOption.COPY_ATTRIBUTES)
-        else Files.createDirectories(to)
-      }
+      val walk = Files.walk(built.toPath) // a directory stream: closed once copied
+      try walk.forEach { from =>
+          val to = root.toPath.resolve(built.toPath.relativize(from))
+          if (!Files.isDirectory(from)) Files.copy(from, to, StandardCopyOption.COPY_ATTRIBUTES)
+          else Files.createDirectories(to)
+        }
+      finally walk.close()
       val log = ours(new File(root, "_spark_metadata"))
       f(root, log, ((batches / 50) * 50 - 1).toLong)
     }
