@@ -305,6 +305,8 @@ def hdfs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         proc = subprocess.Popen(
             [
                 "java",
+                # the flags of the suite's other JVMs (conftest.py: SPARK_SUBMIT_OPTS)
+                *os.environ.get("SPARK_SUBMIT_OPTS", "").split(),
                 "-Xmx512m",
                 "-cp",
                 cp,

@@ -298,6 +298,9 @@ def spark_submit(env: DeltaEnv, *args: str) -> list[str]:
         "--master",
         LOCAL_CLUSTER,
         f"--conf=spark.sql.catalog.spark_catalog={DELTA_CATALOG}",
+        # the executor's JVM, with the flags of the suite's other JVMs (the driver's come from
+        # SPARK_SUBMIT_OPTS): without them it compiled Delta's and Spark's code with C2
+        f"--conf=spark.executor.extraJavaOptions={os.environ.get('SPARK_SUBMIT_OPTS', '')}",
         *ivy,
         *args,
     ]
