@@ -23,10 +23,15 @@ class IndexWaitSuite extends CompactIndexTestBase {
       previousIndexTook(root, 1000) // a reader waits up to 2 x 1 s + 0.2 s
       val bytes = Files.readAllBytes(indexFile(root, 8).toPath)
       Files.delete(indexFile(root, 8).toPath)
-      val writer =
-        new Thread(() => { Thread.sleep(100); Files.write(indexFile(root, 8).toPath, bytes) })
       val api = BatchLog.forPath(spark, root.toString)
       val before = waits(api.log)
+      // The compaction's writer, writing the index once the reader is waiting for it (a writer
+      // that slept a fixed time instead could finish before a reader on a busy machine looked).
+      val writer = new Thread(() => {
+        val deadline = System.nanoTime() + 30000L * 1000000L
+        while (waits(api.log) == before && System.nanoTime() < deadline) Thread.sleep(2)
+        Files.write(indexFile(root, 8).toPath, bytes)
+      })
       writer.start()
       try assert(api.files(7).toSeq === entries(7, perBatch(7)).map(_.path).toSeq)
       finally writer.join()
