@@ -12,7 +12,6 @@ import json
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -37,6 +36,7 @@ from reliability_support import (
     start_stream,
     write_input,
 )
+from support import wait_until
 
 spark = spark_session  # the module's session fixture
 
@@ -383,6 +383,20 @@ def test_a_second_query_on_the_sink_is_refused_until_it_takes_the_sink_over(
 # ---- a lease removal that lands after another driver took the sink over -------------------
 
 
+def lease_watcher_saw_the_loss(spark: SparkSession, run_id: str) -> bool:
+    """The lease watcher of run ``run_id`` (thread ``batchlog-writer-lease-<run id>`` of this
+    session's JVM) found its lease lost: it stopped refreshing and only waits for the query's
+    thread to end, in ``Thread.join()`` without a timeout (WAITING). While it keeps the lease it
+    waits one refresh interval at a time (``join(ms)``: TIMED_WAITING) or refreshes."""
+    jvm = spark._jvm
+    assert jvm is not None
+    for t in jvm.java.lang.Thread.getAllStackTraces().keySet().toArray():
+        if t.getName() == f"batchlog-writer-lease-{run_id}":
+            frames = [f"{f.getClassName()}.{f.getMethodName()}" for f in t.getStackTrace()]
+            return str(t.getState().toString()) == "WAITING" and "java.lang.Thread.join" in frames
+    return False
+
+
 def test_a_late_lease_removal_by_another_driver_stops_its_next_batch_loudly(
     spark: SparkSession, tmp_path: Path, writers: list[Writer], testkit_jar: str
 ) -> None:
@@ -429,9 +443,13 @@ def test_a_late_lease_removal_by_another_driver_stops_its_next_batch_loudly(
             assert poll(lambda: not lease.exists(), WAIT_S)
             # B checks its lease at each refresh (every second here), not at each commit: a batch
             # in the second after the removal still commits (nobody else writes: a rewind or a
-            # takeover bumps the epoch first). More than two refresh intervals later, the next
-            # batch is refused.
-            time.sleep(2.5)
+            # takeover bumps the epoch first). Once B's lease watcher has seen the removal, the
+            # next batch is refused.
+            wait_until(
+                lambda: lease_watcher_saw_the_loss(spark, str(q.runId)),
+                WAIT_S,
+                "B's lease watcher to see its lease removed",
+            )
             write_input(a.inp, 2, 1, ROWS)
             with pytest.raises(StreamingQueryException) as e:
                 q.awaitTermination(WAIT_S)

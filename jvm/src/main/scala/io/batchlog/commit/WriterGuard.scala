@@ -319,6 +319,9 @@ final class WriterGuard private (
                     if (queryThread.isAlive) refresh()
                   case Some(_) =>
                     lost = Some(s"its lease ${WriterLease.path(meta)} names another run now")
+                    logWarning(
+                      s"The writer lease of $sink is lost: ${lost.get}. ${WriterGuard.LostConsequence}"
+                    )
                   case None =>
                     // a forced rewind, a hand, or the late removal by a run this one replaced
                     // (its delete hung past this run's takeover): no lease, so an observer may
@@ -326,6 +329,9 @@ final class WriterGuard private (
                     lost = Some(
                       s"its lease ${WriterLease.path(meta)} was removed by another process " +
                         "(a forced rewind, or the late removal by a run it replaced)"
+                    )
+                    logWarning(
+                      s"The writer lease of $sink is lost: ${lost.get}. ${WriterGuard.LostConsequence}"
                     )
                 }
               } catch {
@@ -410,6 +416,10 @@ object WriterGuard {
       run.watcher.join(ms)
       true
     }
+
+  /** What a lost lease means for its query, as the lease watcher logs the loss. */
+  private val LostConsequence =
+    "The query's next batch fails (WRITER_LEASE_LOST) and commits nothing."
 
   /** Why an ended run's guard refuses ([[requireRunning]], [[forSink]]). */
   private val RunEnded =
