@@ -10,13 +10,14 @@ editable install points at.
 
 from __future__ import annotations
 
+import io
 import os
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from pathlib import Path
 from typing import Any
 
@@ -135,6 +136,20 @@ def run_cli(*args: str, timeout: float = QUERY_TIMEOUT_S) -> subprocess.Complete
         text=True,
         timeout=timeout,
     )
+
+
+def cli_here(spark: SparkSession, *args: str) -> subprocess.CompletedProcess[str]:
+    """The CLI's command ``ARGS`` run on ``spark`` in this process (``batchlog.__main__``'s parser
+    and ``run``: its output and exit status as ``run_cli`` gives them), for tests of what a
+    command prints and returns. A CLI process costs a JVM's start, about 4 s of CPU; test_cli.py
+    and the tests of a command's own session (its defaults, a crash of its JVM) run it as users
+    do, with ``run_cli``."""
+    from batchlog.__main__ import parser, run
+
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        rc = run(spark, parser().parse_args(list(args)))
+    return subprocess.CompletedProcess(["batchlog", *args], rc, out.getvalue(), err.getvalue())
 
 
 def await_query(query: Any, output_dir: Path | str) -> None:

@@ -32,7 +32,7 @@ from reliability_support import (
     spark_session,
     write_input,
 )
-from support import halt_after_rewind_step_confs
+from support import cli_here, halt_after_rewind_step_confs
 
 spark = spark_session  # the module's session fixture
 ROWS = 4  # rows per input file (one file per batch)
@@ -138,7 +138,7 @@ def test_foreign_entry_through_verify_rewind_vacuum_repair(
     )
     assert v.foreign[0].path == logged and v.foreign[0].batch_id == 3
     assert why in v.foreign[0].reason, v.foreign[0].reason
-    cli = run_cli("verify", str(out))
+    cli = cli_here(spark, "verify", str(out))
     assert cli.returncode == 1 and "logged outside the output" in cli.stdout, cli.stdout
 
     snap = snapshot(out), snapshot(chk)

@@ -26,6 +26,7 @@ from reliability_support import (
     sql_conf,
     write_input,
 )
+from support import cli_here
 
 spark = spark_session  # the module's session fixture
 INTERVAL_KEY = "spark.sql.streaming.fileSink.log.compactInterval"
@@ -74,7 +75,7 @@ def test_verify_healthy_then_missing_and_resized_files(spark: SparkSession, tmp_
     assert [Path(o["path"].removeprefix("file:")) for o in r["orphans"]] == [orphan]
     assert r["orphans"][0]["batchId"] == 1
 
-    cli = run_cli("verify", str(out))
+    cli = cli_here(spark, "verify", str(out))
     assert cli.returncode == 1, cli.stderr[-2000:]
     assert "UNHEALTHY" in cli.stdout
     assert re.search(r"missing \(logged, not on disk\)\s+1\s", cli.stdout), cli.stdout
@@ -188,7 +189,7 @@ def test_vacuum_deletes_only_old_orphans_of_finished_batches(spark: SparkSession
     assert (dry["skippedRecentFiles"], dry["skippedRunningFiles"]) == (1, 1)
     assert old.exists()
 
-    cli = run_cli("vacuum", str(out), "--older-than", "1h")
+    cli = cli_here(spark, "vacuum", str(out), "--older-than", "1h")
     assert cli.returncode == 0, cli.stderr[-2000:]
     assert re.search(r"would delete\s+1\s", cli.stdout) and "DRY RUN" in cli.stdout
     assert old.exists()
