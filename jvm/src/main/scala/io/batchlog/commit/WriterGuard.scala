@@ -301,6 +301,11 @@ final class WriterGuard private (
    * the run this one replaced is that run's late refresh: it is taken back ([[replaced]]).
    */
   private def watch(queryThread: Thread, release: () => Unit): Unit = {
+    // the lease is found lost: refreshing ends, and the query's next check fails it
+    def lose(why: String): Unit = {
+      lost = Some(why)
+      logWarning(s"The writer lease of $sink is lost: $why. ${WriterGuard.LostConsequence}")
+    }
     val t = new Thread(s"batchlog-writer-lease-$runId") {
       override def run(): Unit =
         try {
@@ -317,21 +322,14 @@ final class WriterGuard private (
                         "replaced: a refresh of it landed late. Taking the lease back."
                     )
                     if (queryThread.isAlive) refresh()
-                  case Some(_) =>
-                    lost = Some(s"its lease ${WriterLease.path(meta)} names another run now")
-                    logWarning(
-                      s"The writer lease of $sink is lost: ${lost.get}. ${WriterGuard.LostConsequence}"
-                    )
+                  case Some(_) => lose(s"its lease ${WriterLease.path(meta)} names another run now")
                   case None =>
                     // a forced rewind, a hand, or the late removal by a run this one replaced
                     // (its delete hung past this run's takeover): no lease, so an observer may
                     // act on the sink now, and the epoch check, not this run, decides who wins
-                    lost = Some(
+                    lose(
                       s"its lease ${WriterLease.path(meta)} was removed by another process " +
                         "(a forced rewind, or the late removal by a run it replaced)"
-                    )
-                    logWarning(
-                      s"The writer lease of $sink is lost: ${lost.get}. ${WriterGuard.LostConsequence}"
                     )
                 }
               } catch {
