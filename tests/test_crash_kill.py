@@ -100,7 +100,7 @@ def test_sink_survives_sigkill_at_random_points(
     log = tmp_path / "driver.log"
     started = time.monotonic()
     expected: list[int] = []
-    kills = {"mid-batch": 0, "mid-compaction": 0, "start-up": 0, "timed-out": 0}
+    kills = dict.fromkeys([*KINDS, "timed-out"], 0)
     completions = 0
     cycle: list[str] = []
     latest_seen = -1
