@@ -112,7 +112,17 @@ class BatchTaggedCommitProtocol(jobId: String, path: String)
     catch { case b: BatchLogException => throw b.withOutcome(notCommitted) }
   }
 
+  /**
+   * The batch failed (a task, or its commit): its committed tasks' files are deleted, and the run
+   * ends here ([[WriterGuard.abortRun]]): Spark ends the query with the failure, and the run's
+   * lease goes before the failure reaches the caller.
+   */
   override def abortJob(jobContext: JobContext): Unit = {
+    try deletePendingFiles(jobContext)
+    finally if (guard != null) guard.abortRun()
+  }
+
+  private def deletePendingFiles(jobContext: JobContext): Unit = {
     if (pendingCommitFiles != null) {
       pendingCommitFiles.foreach { p =>
         try {

@@ -207,14 +207,28 @@ class CommitProtocolQuerySuite extends SparkSessionTestBase {
 
   test("a batch whose job fails is not logged; after a restart its rows are written once") {
     withSink("parquet", partitioned = false, interval = 3) { s =>
-      withQuery(s.start()) { q =>
+      val lease = new File(s.out, "_batchlog/_batchlog-lease.json")
+      val (run, atFailure) = withQuery(s.start()) { q =>
         (0 to 2).foreach(runBatch(s, q, _))
+        assert(lease.isFile)
         FailureInjection.failOn = rowsOf(3)(2).toLong
         FailureInjection.firstAttemptOnly = false
         s.input.addData(rowsOf(3): _*)
         val e = intercept[StreamingQueryException](processAll(q))
         assert(e.getMessage.contains("injected failure on row 302"), e.getMessage)
+        // The run ended as its batch failed, before the failure was raised: its lease is gone
+        // already, not a moment after, while the caller may be copying or rewinding the sink.
+        assert(!lease.exists(), "the failed run's lease is still there as its failure is raised")
+        (q.runId.toString, snapshot(s.out))
       }
+      // nothing of batchlog's touches the sink after that: the run's lease watcher has ended
+      Thread.getAllStackTraces.keySet.toArray(Array.empty[Thread])
+        .filter(_.getName == s"batchlog-writer-lease-$run").foreach(_.join(30000))
+      val meta = s.meta.getCanonicalPath
+      assert(!WriterGuard.guardedSinks.exists(p =>
+        new File(p.toUri.getPath).getCanonicalPath == meta
+      ))
+      assert(snapshot(s.out) === atFailure, "the sink changed after the failure was raised")
       assert(FailureInjection.failures.get === 3, "3 attempts of the failing task")
       assert(!new File(s.meta, "3").exists(), "no log file for the failed batch")
       assert(!new File(s.checkpoint, "commits/3").exists())

@@ -1,7 +1,8 @@
 package io.batchlog.commit
 
 import java.net.InetAddress
-import java.util.concurrent.ConcurrentHashMap
+import java.util.concurrent.{ConcurrentHashMap, TimeUnit}
+import java.util.concurrent.locks.ReentrantLock
 
 import org.apache.hadoop.fs.Path
 
@@ -290,15 +291,92 @@ final class WriterGuard private (
   }
 
   /**
+   * Held by the watcher for each check and refresh of the lease, and by [[endRun]] for its removal,
+   * so that no refresh lands after the removal and writes the lease of an ended run again.
+   */
+  private val leaseLock = new ReentrantLock()
+
+  /**
+   * Ends the run: this guard refuses every batch and commit from now on, and the run's lease is
+   * removed if it still names this run. The watcher calls it once the query's thread ended; the
+   * committer calls it sooner, on the query's thread, when a batch failed ([[abortRun]]).
+   *
+   * The lease is removed only while it is surely alive, as a commit is made ([[requireLease]]):
+   * after a stall past that (a pause, a hung request), an observer may have called it dead and a
+   * new writer may own the file by the time this delete lands. A stale lease left behind is taken
+   * over by the next writer after the timeout. Waits at most `waitMs` for a refresh in flight; if
+   * one is still going then, the watcher removes the lease after it, once the query's thread ends.
+   */
+  private def endRun(waitMs: Long): Unit = {
+    ended = true // refused from now on, before its lease goes
+    if (keeping && leaseLock.tryLock(waitMs, TimeUnit.MILLISECONDS)) {
+      try
+        if (WriterLease.read(fm, meta).exists(_.runId == runId)) {
+          val age = clock.elapsedMs(lastRefreshNanos)
+          if (age <= WriterLease.selfFenceMs(timeoutMs)) WriterLease.delete(fm, meta)
+          else {
+            logWarning(
+              s"Left the writer lease of $sink in place: this run's last refresh started " +
+                s"${age / 1000.0} s ago, so another writer may own it by now; the next " +
+                s"writer takes it over once it has been unchanged for ${timeoutMs / 1000.0} s"
+            )
+          }
+        }
+      catch {
+        case e: Exception => logWarning(s"Could not remove the writer lease of $sink", e)
+      } finally leaseLock.unlock()
+    }
+  }
+
+  /**
+   * A batch of the run failed (the committer's `abortJob`, on the query's thread): Spark ends the
+   * query with the failure, so the run ends here, before the failure reaches the caller, and its
+   * lease is gone by the time `processAllAvailable` or `awaitTermination` raises, or `stop` returns
+   * from stopping a batch. Without it the watcher removed the lease just after the query's thread
+   * ended, a moment after those calls returned, while the caller may already be reading, copying,
+   * rewinding or deleting the sink. Waits at most one second for a refresh in flight.
+   */
+  def abortRun(): Unit = endRun(1000L)
+
+  /** The watcher's check of the lease, and its refresh while the lease is this run's. */
+  private def keep(queryThread: Thread, lose: String => Unit): Unit =
+    try {
+      WriterLease.read(fm, meta) match {
+        case Some(l) if l.runId == runId => if (queryThread.isAlive) refresh()
+        case Some(l) if replaced.contains(l.runId) =>
+          // a late refresh of the run this one replaced: that run has fenced itself
+          logWarning(
+            s"The writer lease of $sink names ${l.describe} again, the run this run " +
+              "replaced: a refresh of it landed late. Taking the lease back."
+          )
+          if (queryThread.isAlive) refresh()
+        case Some(_) => lose(s"its lease ${WriterLease.path(meta)} names another run now")
+        case None =>
+          // a forced rewind, a hand, or the late removal by a run this one replaced
+          // (its delete hung past this run's takeover): no lease, so an observer may
+          // act on the sink now, and the epoch check, not this run, decides who wins
+          lose(
+            s"its lease ${WriterLease.path(meta)} was removed by another process " +
+              "(a forced rewind, or the late removal by a run it replaced)"
+          )
+      }
+    } catch {
+      case e: Exception =>
+        lost = Some(s"a refresh of its lease ${WriterLease.path(meta)} failed: $e")
+        logWarning(s"Could not refresh the writer lease of $sink", e)
+    }
+
+  /**
    * Watches the run from its guard's creation: while `queryThread` (the query's micro-batch thread)
    * lives it refreshes the lease every refresh interval, once the run took it ([[keeping]]); when
-   * the thread ends it removes the lease, marks this guard [[ended]] and calls `release`, which
-   * drops the run's guard and log from the JVM's maps ([[WriterGuard.forSink]]). A refresh that
-   * fails, a lease that names another run (taken over) or a lease removed (a forced rewind, the
-   * late delete of the run this one replaced) ends the refreshing: the lease is lost, and the
-   * query's next check ([[requireLease]]) fails it. A refresh that stalls is caught by the same
-   * check, by its age; one that lands late ends the refreshing too ([[refresh]]). A lease naming
-   * the run this one replaced is that run's late refresh: it is taken back ([[replaced]]).
+   * the thread ends it ends the run ([[endRun]]: the lease goes, unless a failed batch removed it
+   * already) and calls `release`, which drops the run's guard and log from the JVM's maps
+   * ([[WriterGuard.forSink]]). A refresh that fails, a lease that names another run (taken over) or
+   * a lease removed (a forced rewind, the late delete of the run this one replaced) ends the
+   * refreshing: the lease is lost, and the query's next check ([[requireLease]]) fails it. A
+   * refresh that stalls is caught by the same check, by its age; one that lands late ends the
+   * refreshing too ([[refresh]]). A lease naming the run this one replaced is that run's late
+   * refresh: it is taken back ([[replaced]]).
    */
   private def watch(queryThread: Thread, release: () => Unit): Unit = {
     // the lease is found lost: refreshing ends, and the query's next check fails it
@@ -309,59 +387,16 @@ final class WriterGuard private (
     val t = new Thread(s"batchlog-writer-lease-$runId") {
       override def run(): Unit =
         try {
-          while (lost.isEmpty && queryThread.isAlive) {
+          while (lost.isEmpty && !ended && queryThread.isAlive) {
             queryThread.join(WriterLease.refreshIntervalMs(timeoutMs))
             if (keeping) {
-              try {
-                WriterLease.read(fm, meta) match {
-                  case Some(l) if l.runId == runId => if (queryThread.isAlive) refresh()
-                  case Some(l) if replaced.contains(l.runId) =>
-                    // a late refresh of the run this one replaced: that run has fenced itself
-                    logWarning(
-                      s"The writer lease of $sink names ${l.describe} again, the run this run " +
-                        "replaced: a refresh of it landed late. Taking the lease back."
-                    )
-                    if (queryThread.isAlive) refresh()
-                  case Some(_) => lose(s"its lease ${WriterLease.path(meta)} names another run now")
-                  case None =>
-                    // a forced rewind, a hand, or the late removal by a run this one replaced
-                    // (its delete hung past this run's takeover): no lease, so an observer may
-                    // act on the sink now, and the epoch check, not this run, decides who wins
-                    lose(
-                      s"its lease ${WriterLease.path(meta)} was removed by another process " +
-                        "(a forced rewind, or the late removal by a run it replaced)"
-                    )
-                }
-              } catch {
-                case e: Exception =>
-                  lost = Some(s"a refresh of its lease ${WriterLease.path(meta)} failed: $e")
-                  logWarning(s"Could not refresh the writer lease of $sink", e)
-              }
+              leaseLock.lock()
+              try if (!ended) keep(queryThread, lose)
+              finally leaseLock.unlock()
             }
           }
           queryThread.join()
-          ended = true // refused from now on, before its lease goes
-          if (keeping) {
-            try
-              if (WriterLease.read(fm, meta).exists(_.runId == runId)) {
-                // Removed only while it is surely alive, as a commit is made (requireLease): after
-                // a stall past that (a pause, a hung request), an observer may have called it dead
-                // and a new writer may own the file by the time this delete lands. A stale lease
-                // left behind is taken over by the next writer after the timeout.
-                val age = clock.elapsedMs(lastRefreshNanos)
-                if (age <= WriterLease.selfFenceMs(timeoutMs)) WriterLease.delete(fm, meta)
-                else {
-                  logWarning(
-                    s"Left the writer lease of $sink in place: this run's last refresh started " +
-                      s"${age / 1000.0} s ago, so another writer may own it by now; the next " +
-                      s"writer takes it over once it has been unchanged for ${timeoutMs / 1000.0} s"
-                  )
-                }
-              }
-            catch {
-              case e: Exception => logWarning(s"Could not remove the writer lease of $sink", e)
-            }
-          }
+          endRun(Long.MaxValue)
         } finally {
           ended = true
           WriterGuard.runsHere.remove(runId)
