@@ -24,7 +24,7 @@ from reliability_support import (
     sql_conf,
     write_input,
 )
-from support import QUERY_TIMEOUT_S, await_query, run_cli, wait_lease_released
+from support import QUERY_TIMEOUT_S, await_query, cli_here, run_cli, wait_lease_released
 
 spark = spark_session  # the module's session fixture
 
@@ -155,7 +155,8 @@ def test_the_way_out_a_refusal_names_works_takeover_with_the_refused_checkpoint(
     assert log_names(chk_a / "offsets") == []
     (chk_a / "offsets").rmdir()
 
-    dry = run_cli("takeover", str(out), "--checkpoint", str(chk_a), "--dry-run")
+    # the dry run on this session; the takeover itself as the error names it, in its own process
+    dry = cli_here(spark, "takeover", str(out), "--checkpoint", str(chk_a), "--dry-run")
     assert dry.returncode == 0, dry.stderr[-3000:]
     record = json.loads((out / "_batchlog" / RECORD).read_text())
     assert [o["queryId"] for o in record["owners"]] == [query_id(chk_b)]
@@ -216,7 +217,7 @@ def test_a_writer_without_batchlogs_committer_is_not_stopped_and_inspect_counts_
     assert (h.owner, h.checkpoint_query_id) == (query_id(chk_b), query_id(chk_a))
     assert (h.checkpoint_skipped_batches, h.checkpoint_skipped_first) == (2, 0)
     assert h.checkpoint_skipped_last == 1
-    proc = run_cli("inspect", str(out), "--checkpoint", str(chk_a))
+    proc = cli_here(spark, "inspect", str(out), "--checkpoint", str(chk_a))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (
         "WARNING         2 committed batches of the checkpoint (from 0 to 1) were skipped by "

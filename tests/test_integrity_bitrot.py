@@ -30,7 +30,7 @@ from reliability_support import (
     sql_conf,
     write_input,
 )
-from support import run_cli
+from support import cli_here
 
 spark = spark_session  # the module's session fixture
 
@@ -171,7 +171,7 @@ def test_bit_rot_is_refused_and_repaired(
     assert (planned.batch_id, planned.entries, planned.source) == (DAMAGED, count, source)
     assert snapshot(out) == before, "a dry run changed the sink"
     if field == "size":  # the CLI, as the error message says
-        cli = run_cli("repair", f"file:{out}")
+        cli = cli_here(spark, "repair", f"file:{out}")
         assert cli.returncode == 0, cli.stdout + cli.stderr
         assert "restoring only the damaged batches of compact files" in cli.stdout, cli.stdout
         assert source in cli.stdout, cli.stdout

@@ -28,6 +28,7 @@ from repair_support import (
     run_query,
     with_indexes,
 )
+from support import cli_here
 
 spark = spark_session  # the module's session fixture
 
@@ -126,7 +127,7 @@ def test_log_and_record_lost_repair_lays_out_a_log_every_interval_reads(
     with sql_conf(spark, **{INTERVAL_KEY: str(interval)}):
         assert batchlog.SinkLog(spark, str(out)).batches() == list(range(LATEST + 1))
     assert_plain_reads_all(out, inp)
-    again = run_cli("repair", str(out))
+    again = cli_here(spark, "repair", str(out))  # a JVM's start saved: the command's output
     assert again.returncode == 0 and "nothing to do" in again.stdout, again.stdout
 
     continue_two_compactions(spark, inp, out, chk, interval, derived(interval, LATEST))

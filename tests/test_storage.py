@@ -27,7 +27,7 @@ from conftest import (
 )
 from pyspark.sql import SparkSession
 from storage_support import RemoteFs, cli_conf, hdfs, s3  # noqa: F401  (the fixtures)
-from support import LEASE_FILE, QUERY_TIMEOUT_S, run_cli, session_conf, wait_until
+from support import LEASE_FILE, QUERY_TIMEOUT_S, cli_here, run_cli, session_conf, wait_until
 
 BATCHES = 7  # compactInterval 3: compact files 2 and 5
 REWIND_TO = 4
@@ -172,13 +172,14 @@ def test_sink_on_store_query_rewind_replay_vacuum_repair_adopt_cli(
     assert sorted(e["batchId"] for e in entries) == sorted(list(range(BATCHES)) * 2)
     assert rows(spark, plain_out) == expected(range(BATCHES))
 
-    # 6. the CLI, in its own process, on the store's paths
+    # 6. the CLI, in its own process, on the store's paths (its own session reaches the store
+    # through --conf); then its other read commands on this session (a JVM's start each saved)
     conf = cli_conf(store, spark)
     files_4 = run_cli(*conf, "files", out, "--batch", "4")
     assert files_4.returncode == 0, files_4.stderr[-3000:]
     assert {ln.strip() for ln in files_4.stdout.splitlines() if ln.strip()} == replayed[4]
     for args in (("verify", out), ("inspect", out)):
-        proc = run_cli(*conf, *args)
+        proc = cli_here(spark, *args)
         assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
 
 
