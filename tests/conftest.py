@@ -112,6 +112,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # ---- fixtures ----------------------------------------------------------------------------------
 
 
+@pytest.fixture(scope="session", autouse=True)
+def jvm_tmpdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The temporary directory of every JVM the test process starts (``java.io.tmpdir``, hence
+    Spark's local dirs, block managers, artifact dirs and the native libraries snappy and lz4
+    unpack): a folder of pytest's own temporary root, before any JVM starts. A JVM the suite
+    SIGKILLs or halts (the crash tests, some 25 a run) runs no shutdown hook and left all of that
+    in ``/tmp``, for good; now pytest's rotation of its temporary roots removes it."""
+    d = tmp_path_factory.mktemp("jvm-tmp", numbered=False)
+    os.environ["SPARK_SUBMIT_OPTS"] = (
+        os.environ.get("SPARK_SUBMIT_OPTS", "") + f" -Djava.io.tmpdir={d}"
+    ).strip()
+    return d
+
+
 @pytest.fixture(scope="session")
 def batchlog_jar() -> str:
     """The built batchlog jar (``batchlog.jar_path()``); fails clearly if it was not built."""
@@ -138,10 +152,12 @@ def testkit_jar() -> str:
 
 
 @pytest.fixture(scope="session")
-def spark(batchlog_jar: str) -> Iterator[SparkSession]:
+def spark(batchlog_jar: str, jvm_tmpdir: Path) -> Iterator[SparkSession]:
     """One local Spark session for the suite, with the batchlog jar on its class path."""
     session = get_spark()
     assert batchlog_jar in session.conf.get("spark.jars", "")
+    jvm = session.sparkContext._jvm  # type: ignore[attr-defined]
+    assert jvm.System.getProperty("java.io.tmpdir") == str(jvm_tmpdir)
     yield session
     session.stop()
 

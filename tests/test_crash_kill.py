@@ -92,7 +92,7 @@ def _kill(p: subprocess.Popen[bytes]) -> bool:
 
 
 def test_sink_survives_sigkill_at_random_points(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], testkit_jar: str
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], testkit_jar: str, jvm_tmpdir: Path
 ):
     jars = f"{batchlog.jar_path()},{testkit_jar}"  # the fault manager is in the test kit
     rng = random.Random(SEED)
@@ -195,3 +195,7 @@ def test_sink_survives_sigkill_at_random_points(
     assert ROUNDS * FILES_PER_ROUND // 2 <= latest_seen + 1 <= ROUNDS * FILES_PER_ROUND
     assert total >= MIN_KILLS
     assert all(kills[k] >= 3 for k in KINDS), kills
+    # The killed drivers ran no shutdown hook: their block managers stay, in the JVMs' temporary
+    # folder of the suite (conftest.jvm_tmpdir), which pytest's rotation removes, not in /tmp.
+    killed_running = kills["mid-batch"] + kills["mid-compaction"]
+    assert len(list(jvm_tmpdir.glob("blockmgr-*"))) >= killed_running, os.listdir(jvm_tmpdir)
