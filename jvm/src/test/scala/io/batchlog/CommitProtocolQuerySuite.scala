@@ -160,6 +160,14 @@ class CommitProtocolQuerySuite extends SparkSessionTestBase {
     walk(dir).map(f => f.getCanonicalPath -> Files.readAllBytes(f.toPath).toSeq).toMap
   }
 
+  /** The bytes of every file of the sink's log and of batchlog's folder beside it, by path. */
+  private def batchlogFiles(s: Sink): Map[String, Seq[Byte]] = {
+    def walk(f: File): Seq[File] =
+      if (f.isDirectory) f.listFiles().toSeq.flatMap(walk) else if (f.exists()) Seq(f) else Nil
+    Seq(s.meta, new File(s.out, "_batchlog")).flatMap(walk)
+      .map(f => f.getCanonicalPath -> Files.readAllBytes(f.toPath).toSeq).toMap
+  }
+
   for (
     (fmt, partitioned, interval) <-
       Seq(("json", false, 3), ("parquet", true, 2), ("json", true, 2), ("parquet", false, 3))
@@ -219,7 +227,7 @@ class CommitProtocolQuerySuite extends SparkSessionTestBase {
         // The run ended as its batch failed, before the failure was raised: its lease is gone
         // already, not a moment after, while the caller may be copying or rewinding the sink.
         assert(!lease.exists(), "the failed run's lease is still there as its failure is raised")
-        (q.runId.toString, snapshot(s.out))
+        (q.runId.toString, batchlogFiles(s))
       }
       // nothing of batchlog's touches the sink after that: the run's lease watcher has ended
       Thread.getAllStackTraces.keySet.toArray(Array.empty[Thread])
@@ -228,7 +236,14 @@ class CommitProtocolQuerySuite extends SparkSessionTestBase {
       assert(!WriterGuard.guardedSinks.exists(p =>
         new File(p.toUri.getPath).getCanonicalPath == meta
       ))
-      assert(snapshot(s.out) === atFailure, "the sink changed after the failure was raised")
+      assert(batchlogFiles(s) === atFailure, "the sink's log changed after the failure was raised")
+      // The failed job's other task may still be running as the failure is raised (Spark kills it
+      // without waiting for it; on a busy machine it is slow): its abort deletes its file as it ends.
+      val deadline = System.currentTimeMillis() + 30000
+      while (
+        spark.sparkContext.statusTracker.getExecutorInfos.map(_.numRunningTasks).sum > 0 &&
+        System.currentTimeMillis() < deadline
+      ) Thread.sleep(20)
       assert(FailureInjection.failures.get === 3, "3 attempts of the failing task")
       assert(!new File(s.meta, "3").exists(), "no log file for the failed batch")
       assert(!new File(s.checkpoint, "commits/3").exists())

@@ -193,6 +193,36 @@ class WriterFencingSuite extends SparkSessionTestBase with RewindFixture {
     }
   }
 
+  test("a batch failing while a refresh hangs: its lease goes once the refresh lands") {
+    // The failed batch's abort waits one second for the refresh in flight, then gives up; the
+    // watcher removes the lease once the hung write lands and the query's thread has ended. Without
+    // that, the lease of an ended run would stay until the next writer's takeover timeout.
+    withHooks {
+      withTempDir { root =>
+        val s = Sink(root)
+        val lease = new File(s.out, "_batchlog/_batchlog-lease.json")
+        withHungRefresh(s, new ManualClock()) { (q, stalled, release) =>
+          val run = q.runId.toString
+          TaskHook.onRow = id =>
+            if (id == 100L) {
+              await(stalled, "the hung refresh")
+              throw new IllegalStateException("injected failure of batch 1")
+            }
+          val m = failedBatch(s, q, 1)
+          assert(m.contains("injected failure of batch 1"), m)
+          // the abort could not remove it: the refresh holding the lease has not landed
+          assert(leaseOf(s).exists(_.runId == run), "the lease went before its refresh landed")
+          release.countDown()
+          Thread.getAllStackTraces.keySet.toArray(Array.empty[Thread])
+            .filter(_.getName == s"batchlog-writer-lease-$run").foreach(_.join(30000))
+          assert(!lease.exists(), "the ended run's lease stayed after its refresh landed")
+        }
+        assert(s.batchFiles(1L).isEmpty)
+        assert(s.rows == rowsOf(0).map(_.toLong).toSet)
+      }
+    }
+  }
+
   test("a run whose watcher stalled past its lease's age at the end leaves the lease in place") {
     // The run ends after its watcher went 61 s (on its own clock) without a refresh: more than the
     // 45 s a 60 s lease may go without one. By then an observer may have called the lease dead and
