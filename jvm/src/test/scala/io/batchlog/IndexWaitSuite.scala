@@ -27,10 +27,15 @@ class IndexWaitSuite extends CompactIndexTestBase {
       val before = waits(api.log)
       // The compaction's writer, writing the index once the reader is waiting for it (a writer
       // that slept a fixed time instead could finish before a reader on a busy machine looked).
+      // It publishes the file whole, as every store batchlog writes to does (a rename, a PUT): a
+      // reader polling a file written in place could read it half-written, and rebuild.
       val writer = new Thread(() => {
         val deadline = System.nanoTime() + 30000L * 1000000L
         while (waits(api.log) == before && System.nanoTime() < deadline) Thread.sleep(2)
-        Files.write(indexFile(root, 8).toPath, bytes)
+        val target = indexFile(root, 8).toPath
+        val tmp = root.toPath.resolve("index.tmp") // beside the log, not in it
+        Files.write(tmp, bytes)
+        Files.move(tmp, target, java.nio.file.StandardCopyOption.ATOMIC_MOVE)
       })
       writer.start()
       try assert(api.files(7).toSeq === entries(7, perBatch(7)).map(_.path).toSeq)
