@@ -161,12 +161,8 @@ class CommitProtocolQuerySuite extends SparkSessionTestBase {
   }
 
   /** The bytes of every file of the sink's log and of batchlog's folder beside it, by path. */
-  private def batchlogFiles(s: Sink): Map[String, Seq[Byte]] = {
-    def walk(f: File): Seq[File] =
-      if (f.isDirectory) f.listFiles().toSeq.flatMap(walk) else if (f.exists()) Seq(f) else Nil
-    Seq(s.meta, new File(s.out, "_batchlog")).flatMap(walk)
-      .map(f => f.getCanonicalPath -> Files.readAllBytes(f.toPath).toSeq).toMap
-  }
+  private def batchlogFiles(s: Sink): Map[String, Seq[Byte]] =
+    snapshot(s.meta) ++ snapshot(new File(s.out, "_batchlog"))
 
   for (
     (fmt, partitioned, interval) <-
@@ -230,8 +226,7 @@ class CommitProtocolQuerySuite extends SparkSessionTestBase {
         (q.runId.toString, batchlogFiles(s))
       }
       // nothing of batchlog's touches the sink after that: the run's lease watcher has ended
-      Thread.getAllStackTraces.keySet.toArray(Array.empty[Thread])
-        .filter(_.getName == s"batchlog-writer-lease-$run").foreach(_.join(30000))
+      awaitLeaseWatcher(run)
       val meta = s.meta.getCanonicalPath
       assert(!WriterGuard.guardedSinks.exists(p =>
         new File(p.toUri.getPath).getCanonicalPath == meta

@@ -94,6 +94,14 @@ trait SparkSessionTestBase extends TempDirs with BeforeAndAfterAll with TimeLimi
   /** Spark's own sink log in metadata directory `dir`, with the session's settings. */
   protected def vanilla(dir: File): VanillaSinkLog = new VanillaSinkLog(spark, dir.toString)
 
+  /**
+   * Waits (up to 30 s) for the writer-lease watcher of query run `runId` to end: after that thread,
+   * nothing of batchlog's run writes to its sink.
+   */
+  protected def awaitLeaseWatcher(runId: String): Unit =
+    Thread.getAllStackTraces.keySet.toArray(Array.empty[Thread])
+      .filter(_.getName == s"batchlog-writer-lease-$runId").foreach(_.join(30000))
+
   /** Runs `body` with the query `start` starts, stopping it afterwards whatever happens. */
   protected def withQuery[A](start: => StreamingQuery)(body: StreamingQuery => A): A = {
     val q = start

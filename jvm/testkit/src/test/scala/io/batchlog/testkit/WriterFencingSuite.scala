@@ -213,8 +213,7 @@ class WriterFencingSuite extends SparkSessionTestBase with RewindFixture {
           // the abort could not remove it: the refresh holding the lease has not landed
           assert(leaseOf(s).exists(_.runId == run), "the lease went before its refresh landed")
           release.countDown()
-          Thread.getAllStackTraces.keySet.toArray(Array.empty[Thread])
-            .filter(_.getName == s"batchlog-writer-lease-$run").foreach(_.join(30000))
+          awaitLeaseWatcher(run)
           assert(!lease.exists(), "the ended run's lease stayed after its refresh landed")
         }
         assert(s.batchFiles(1L).isEmpty)
