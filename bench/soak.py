@@ -33,7 +33,7 @@ latency: its p99 ratio within 1.5x of vanilla's).
 
 Usage: python bench/soak.py [--batches 10000] [--round 500] [--short-runs 200]
        [--connect-batches 2000] [--connect-round N] [--variant both|batchlog|vanilla]
-       [--work DIR] [--json FILE] [--plot FILE] [--heap-dump FILE]
+       [--parallel] [--work DIR] [--json FILE] [--plot FILE] [--heap-dump FILE]
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -605,37 +606,69 @@ def run_variant(args: argparse.Namespace, variant: str) -> list[Run]:
     return runs
 
 
+def variant_command(args: argparse.Namespace, variant: str, out: Path) -> list[str]:
+    """This script, running one variant of the loop and writing its runs to ``out``."""
+    cmd = [
+        sys.executable,
+        __file__,
+        "--variant",
+        variant,
+        "--json",
+        str(out),
+        "--batches",
+        str(args.batches),
+        "--round",
+        str(args.round),
+        "--short-runs",
+        str(args.short_runs),
+        "--connect-batches",
+        str(args.connect_batches),
+    ]
+    if args.connect_round:
+        cmd += ["--connect-round", str(args.connect_round)]
+    if args.work:
+        cmd += ["--work", str(args.work / variant)]
+    if args.heap_dump and variant == "batchlog":
+        cmd += ["--heap-dump", str(args.heap_dump)]
+    return cmd
+
+
+def echo(variant: str, proc: subprocess.Popen[str]) -> None:
+    """A variant's output, each line led by its name (the variants print at the same time)."""
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        print(f"[{variant}] {line}", end="", flush=True)
+
+
 def run_side_by_side(args: argparse.Namespace) -> list[Run]:
-    """Each variant in a process (and a driver JVM, a Connect server) of its own, one after the
-    other; their runs as they wrote them."""
+    """Each variant in a process (and a driver JVM, a Connect server) of its own: one after the
+    other, or with ``--parallel`` both at once, so that whatever else the machine runs weighs on
+    both alike; their runs as they wrote them. Their verdicts are judged here, together: a
+    variant's own exit status is not."""
     runs = []
     with tempfile.TemporaryDirectory(prefix="batchlog-soak-") as tmp:
-        for variant in VARIANTS:
-            out = Path(tmp) / f"{variant}.json"
-            cmd = [
-                sys.executable,
-                __file__,
-                "--variant",
-                variant,
-                "--json",
-                str(out),
-                "--batches",
-                str(args.batches),
-                "--round",
-                str(args.round),
-                "--short-runs",
-                str(args.short_runs),
-                "--connect-batches",
-                str(args.connect_batches),
-            ]
-            if args.connect_round:
-                cmd += ["--connect-round", str(args.connect_round)]
-            if args.work:
-                cmd += ["--work", str(args.work / variant)]
-            if args.heap_dump and variant == "batchlog":
-                cmd += ["--heap-dump", str(args.heap_dump)]
-            # its verdicts are judged here, with the other variant's: its exit status is not
-            subprocess.run(cmd, check=False)
+        outs = {v: Path(tmp) / f"{v}.json" for v in VARIANTS}
+        if args.parallel:
+            procs = {
+                v: subprocess.Popen(
+                    variant_command(args, v, outs[v]),
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                )
+                for v in VARIANTS
+            }
+            echoes = [threading.Thread(target=echo, args=(v, p)) for v, p in procs.items()]
+            for t in echoes:
+                t.start()
+            for t in echoes:
+                t.join()
+            for p in procs.values():
+                p.wait()
+        else:
+            for v in VARIANTS:
+                subprocess.run(variant_command(args, v, outs[v]), check=False)
+        for variant, out in outs.items():
             if not out.is_file():
                 raise SystemExit(
                     f"the {variant} soak wrote no result ({out}): see its output above"
@@ -668,6 +701,11 @@ def main(argv: list[str] | None = None) -> int:
         choices=("both", *VARIANTS),
         default="both",
         help="both (default: batchlog, then vanilla Spark, each in a process of its own), or one",
+    )
+    ap.add_argument(
+        "--parallel",
+        action="store_true",
+        help="with --variant both: run the two at once, under the same load (a busy machine)",
     )
     ap.add_argument("--work", type=Path)
     ap.add_argument("--json", type=Path)
