@@ -4,9 +4,11 @@ import java.io.IOException
 
 import scala.collection.mutable.ArrayBuffer
 
+import org.apache.hadoop.conf.Configuration
 import org.apache.hadoop.fs.Path
 import org.apache.hadoop.mapreduce.{JobContext, TaskAttemptContext}
 
+import org.apache.spark.{TaskContext, TaskKilledException}
 import org.apache.spark.internal.io.FileCommitProtocol.TaskCommitMessage
 import org.apache.spark.internal.io.FileNameSpec
 import org.apache.spark.sql.SparkSession
@@ -51,6 +53,10 @@ class BatchTaggedCommitProtocol(jobId: String, path: String)
   /** Files of committed tasks, deleted if the job aborts (driver side). */
   @transient private var pendingCommitFiles: ArrayBuffer[Path] = _
 
+  /** Set as the job aborts: a task's commit arriving later is deleted (driver side, guarded). */
+  @transient private var jobAborted = false
+  @transient private var jobConf: Configuration = _
+
   override def setupManifestOptions(fileLog: FileStreamSinkLog, batchId: Long): Unit = {
     super.setupManifestOptions(fileLog, batchId)
     val spark = SparkSession.active
@@ -71,7 +77,10 @@ class BatchTaggedCommitProtocol(jobId: String, path: String)
       case e: BatchLogException =>
         throw e.withOutcome(s"Batch $batchId was not written to the sink; nothing was changed.")
     }
-    pendingCommitFiles = new ArrayBuffer[Path]
+    synchronized {
+      pendingCommitFiles = new ArrayBuffer[Path]
+      jobAborted = false
+    }
   }
 
   override def commitJob(jobContext: JobContext, taskCommits: Seq[TaskCommitMessage]): Unit = {
@@ -118,27 +127,44 @@ class BatchTaggedCommitProtocol(jobId: String, path: String)
    * lease goes before the failure reaches the caller.
    */
   override def abortJob(jobContext: JobContext): Unit = {
-    try deletePendingFiles(jobContext)
-    finally if (guard != null) guard.abortRun()
+    try {
+      val pending = synchronized {
+        jobAborted = true
+        jobConf = jobContext.getConfiguration
+        val files = if (pendingCommitFiles == null) Nil else pendingCommitFiles.toList
+        if (pendingCommitFiles != null) pendingCommitFiles.clear()
+        files
+      }
+      deleteUncommitted(pending)
+    } finally if (guard != null) guard.abortRun()
   }
 
-  private def deletePendingFiles(jobContext: JobContext): Unit = {
-    if (pendingCommitFiles != null) {
-      pendingCommitFiles.foreach { p =>
-        try {
-          val fs = p.getFileSystem(jobContext.getConfiguration)
-          if (fs.exists(p)) fs.delete(p, false)
-        } catch {
-          case e: IOException => logWarning(s"Failed to remove $p of aborted batch $batchId", e)
-        }
-      }
-      pendingCommitFiles.clear()
+  private def deleteUncommitted(files: Seq[Path]): Unit = files.foreach { p =>
+    try {
+      val fs = p.getFileSystem(jobConf)
+      if (fs.exists(p)) fs.delete(p, false)
+    } catch {
+      case e: IOException => logWarning(s"Failed to remove $p of aborted batch $batchId", e)
     }
   }
 
+  /**
+   * A task's files, as its commit reaches the driver. A `stop()` interrupts the query's thread
+   * while the job still runs: the batch is aborted there at once, and a task that finished its
+   * files just then may report them afterwards, on Spark's scheduler thread. Those are deleted as
+   * they arrive. (If Spark cancelled the job first, it drops the report: that file is an orphan, in
+   * no log, which `vacuum` deletes; `CommitProtocolQuerySuite`: "a stop() in the middle ...".)
+   */
   override def onTaskCommit(taskCommit: TaskCommitMessage): Unit = {
-    pendingCommitFiles ++=
-      taskCommit.obj.asInstanceOf[Seq[SinkFileStatus]].map(_.toFileStatus.getPath)
+    val paths = taskCommit.obj.asInstanceOf[Seq[SinkFileStatus]].map(_.toFileStatus.getPath)
+    val late = synchronized {
+      if (!jobAborted) pendingCommitFiles ++= paths
+      jobAborted
+    }
+    if (late && paths.nonEmpty) {
+      logWarning(s"Removing ${paths.size} files a task of aborted batch $batchId committed late")
+      deleteUncommitted(paths)
+    }
   }
 
   override def setupTask(taskContext: TaskAttemptContext): Unit = {
@@ -168,14 +194,24 @@ class BatchTaggedCommitProtocol(jobId: String, path: String)
       ext: String
   ): String = newTaskTempFile(taskContext, dir, FileNameSpec("", ext))
 
+  /**
+   * A task killed as it finished its files (its batch stopped or failed) is reported killed by
+   * Spark's executor, whatever it returns here: its message never reaches the driver, so its files
+   * would be in no list to delete. It fails here instead, and `abortTask` deletes them.
+   */
   override def commitTask(taskContext: TaskAttemptContext): TaskCommitMessage = {
-    if (addedFiles.isEmpty) new TaskCommitMessage(Seq.empty[SinkFileStatus])
-    else {
-      val fs = new Path(addedFiles.head).getFileSystem(taskContext.getConfiguration)
-      new TaskCommitMessage(
-        addedFiles.map(f => SinkFileStatus(fs.getFileStatus(new Path(f)))).toSeq
-      )
+    val message =
+      if (addedFiles.isEmpty) new TaskCommitMessage(Seq.empty[SinkFileStatus])
+      else {
+        val fs = new Path(addedFiles.head).getFileSystem(taskContext.getConfiguration)
+        new TaskCommitMessage(
+          addedFiles.map(f => SinkFileStatus(fs.getFileStatus(new Path(f)))).toSeq
+        )
+      }
+    Option(TaskContext.get()).filter(_.isInterrupted()).foreach { tc =>
+      throw new TaskKilledException(s"killed as it committed its files (${tc.taskAttemptId()})")
     }
+    message
   }
 
   override def abortTask(taskContext: TaskAttemptContext): Unit = {

@@ -3,6 +3,7 @@ package io.batchlog
 import java.io.File
 import java.net.URI
 import java.nio.file.Files
+import java.util.concurrent.{CountDownLatch, TimeUnit}
 import java.util.concurrent.atomic.AtomicInteger
 
 import org.apache.hadoop.fs.Path
@@ -28,12 +29,23 @@ object FailureInjection {
   @volatile var firstAttemptOnly: Boolean = true
   val failures = new AtomicInteger(0)
 
-  def reset(): Unit = { failOn = Long.MinValue; firstAttemptOnly = true; failures.set(0) }
+  /** A row whose task waits on it until interrupted (its job cancelled), and who waits there. */
+  @volatile var blockOn: Long = Long.MinValue
+  @volatile var blocked: CountDownLatch = new CountDownLatch(1)
+
+  def reset(): Unit = {
+    failOn = Long.MinValue; firstAttemptOnly = true; failures.set(0)
+    blockOn = Long.MinValue; blocked = new CountDownLatch(1)
+  }
 
   val maybeFail: UserDefinedFunction = udf { (id: Long) =>
     if (id == failOn && (!firstAttemptOnly || TaskContext.get().attemptNumber() == 0)) {
       failures.incrementAndGet()
       throw new IllegalStateException(s"injected failure on row $id")
+    }
+    if (id == blockOn) {
+      blocked.countDown()
+      new CountDownLatch(1).await() // until the task is interrupted
     }
     id
   }.asNondeterministic()
@@ -83,6 +95,19 @@ class CommitProtocolQuerySuite extends SparkSessionTestBase {
       FailureInjection.reset()
       body(Sink(root, fmt, partitioned, interval))
     }
+
+  /**
+   * Waits (30 s at most) until no task runs. A failed or cancelled job's other task may still be
+   * running as the query's thread moves on (Spark kills it without waiting for it; on a busy
+   * machine it is slow): its abort deletes its file as it ends.
+   */
+  private def awaitNoRunningTasks(): Unit = {
+    val deadline = System.currentTimeMillis() + 30000
+    while (
+      spark.sparkContext.statusTracker.getExecutorInfos.map(_.numRunningTasks).sum > 0 &&
+      System.currentTimeMillis() < deadline
+    ) Thread.sleep(20)
+  }
 
   private def rowsOf(batch: Int): Seq[Int] = (0 until 7).map(batch * 100 + _)
 
@@ -209,6 +234,56 @@ class CommitProtocolQuerySuite extends SparkSessionTestBase {
     }
   }
 
+  test("a stop() in the middle of a batch: its lease is gone as stop() returns; no change after") {
+    withSink("parquet", partitioned = false, interval = 3) { s =>
+      val lease = new File(s.out, "_batchlog/_batchlog-lease.json")
+      val q = s.start()
+      val atStop =
+        try {
+          (0 to 1).foreach(runBatch(s, q, _))
+          assert(lease.isFile)
+          FailureInjection.blockOn = rowsOf(2)(3).toLong
+          s.input.addData(rowsOf(2): _*)
+          assert(
+            FailureInjection.blocked.await(queryTimeout.totalNanos, TimeUnit.NANOSECONDS),
+            "batch 2's task never reached its blocking row"
+          )
+          q.stop()
+          // stop() waited for the query's thread, which aborted the batch and ended the run there
+          assert(!q.isActive)
+          assert(!lease.exists(), "the stopped run's lease is still there as stop() returns")
+          batchlogFiles(s)
+        } finally q.stop()
+      awaitLeaseWatcher(q.runId.toString)
+      val meta = s.meta.getCanonicalPath
+      assert(!WriterGuard.guardedSinks.exists(p =>
+        new File(p.toUri.getPath).getCanonicalPath == meta
+      ))
+      assert(batchlogFiles(s) === atStop, "the sink's log changed after stop() returned")
+      assert(!new File(s.meta, "2").exists(), "no log file for the stopped batch")
+      assert(!new File(s.checkpoint, "commits/2").exists())
+      assert(new File(s.checkpoint, "offsets/2").exists())
+      // The other task may have finished its file as the batch stopped: Spark drops a result that
+      // reaches a cancelled job, so its file is in no committer's list. It is an orphan: in no log
+      // (plain Spark never reads it), listed by verify, deleted by vacuum; nothing else is left.
+      awaitNoRunningTasks()
+      val left = dataFiles(s.out).filter(p => new File(p).getName.contains("-batch-2-"))
+      val sink = BatchLog.forPath(spark, s.out.toString)
+      val report = sink.verify()
+      assert(report.orphans.map(o => localPath(o.path)).toSet === left, report)
+      assert(sink.vacuum().olderThan("0s").dryRun(false).execute().deletedFiles === left.size)
+      checkSink(s, 1)
+
+      FailureInjection.reset()
+      withQuery(s.start()) { q2 =>
+        processAll(q2)
+        checkSink(s, 2)
+        runBatch(s, q2, 3)
+      }
+      checkSink(s, 3)
+    }
+  }
+
   test("a batch whose job fails is not logged; after a restart its rows are written once") {
     withSink("parquet", partitioned = false, interval = 3) { s =>
       val lease = new File(s.out, "_batchlog/_batchlog-lease.json")
@@ -232,13 +307,7 @@ class CommitProtocolQuerySuite extends SparkSessionTestBase {
         new File(p.toUri.getPath).getCanonicalPath == meta
       ))
       assert(batchlogFiles(s) === atFailure, "the sink's log changed after the failure was raised")
-      // The failed job's other task may still be running as the failure is raised (Spark kills it
-      // without waiting for it; on a busy machine it is slow): its abort deletes its file as it ends.
-      val deadline = System.currentTimeMillis() + 30000
-      while (
-        spark.sparkContext.statusTracker.getExecutorInfos.map(_.numRunningTasks).sum > 0 &&
-        System.currentTimeMillis() < deadline
-      ) Thread.sleep(20)
+      awaitNoRunningTasks()
       assert(FailureInjection.failures.get === 3, "3 attempts of the failing task")
       assert(!new File(s.meta, "3").exists(), "no log file for the failed batch")
       assert(!new File(s.checkpoint, "commits/3").exists())
