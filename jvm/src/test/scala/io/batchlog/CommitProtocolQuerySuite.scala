@@ -109,6 +109,34 @@ class CommitProtocolQuerySuite extends SparkSessionTestBase {
     ) Thread.sleep(20)
   }
 
+  /**
+   * The run `runId` ended: its lease watcher is done, no guard of it is left, and the sink's log
+   * and batchlog's folder are as they were `before` (nothing of batchlog's touched them `after`).
+   */
+  private def assertRunEnded(
+      s: Sink,
+      runId: String,
+      before: Map[String, Seq[Byte]],
+      after: String
+  ): Unit = {
+    awaitLeaseWatcher(runId)
+    val meta = s.meta.getCanonicalPath
+    assert(!WriterGuard.guardedSinks.exists(p =>
+      new File(p.toUri.getPath).getCanonicalPath == meta
+    ))
+    assert(batchlogFiles(s) === before, s"the sink's log changed $after")
+  }
+
+  /** A restart re-runs the unfinished batch `batch` (its rows written once), then one more. */
+  private def resumeAndCheck(s: Sink, batch: Int): Unit = {
+    withQuery(s.start()) { q =>
+      processAll(q)
+      checkSink(s, batch)
+      runBatch(s, q, batch + 1)
+    }
+    checkSink(s, batch + 1)
+  }
+
   private def rowsOf(batch: Int): Seq[Int] = (0 until 7).map(batch * 100 + _)
 
   private def runBatch(sink: Sink, q: StreamingQuery, batch: Int): Unit = {
@@ -254,12 +282,7 @@ class CommitProtocolQuerySuite extends SparkSessionTestBase {
           assert(!lease.exists(), "the stopped run's lease is still there as stop() returns")
           batchlogFiles(s)
         } finally q.stop()
-      awaitLeaseWatcher(q.runId.toString)
-      val meta = s.meta.getCanonicalPath
-      assert(!WriterGuard.guardedSinks.exists(p =>
-        new File(p.toUri.getPath).getCanonicalPath == meta
-      ))
-      assert(batchlogFiles(s) === atStop, "the sink's log changed after stop() returned")
+      assertRunEnded(s, q.runId.toString, atStop, "after stop() returned")
       assert(!new File(s.meta, "2").exists(), "no log file for the stopped batch")
       assert(!new File(s.checkpoint, "commits/2").exists())
       assert(new File(s.checkpoint, "offsets/2").exists())
@@ -275,12 +298,7 @@ class CommitProtocolQuerySuite extends SparkSessionTestBase {
       checkSink(s, 1)
 
       FailureInjection.reset()
-      withQuery(s.start()) { q2 =>
-        processAll(q2)
-        checkSink(s, 2)
-        runBatch(s, q2, 3)
-      }
-      checkSink(s, 3)
+      resumeAndCheck(s, 2)
     }
   }
 
@@ -300,13 +318,7 @@ class CommitProtocolQuerySuite extends SparkSessionTestBase {
         assert(!lease.exists(), "the failed run's lease is still there as its failure is raised")
         (q.runId.toString, batchlogFiles(s))
       }
-      // nothing of batchlog's touches the sink after that: the run's lease watcher has ended
-      awaitLeaseWatcher(run)
-      val meta = s.meta.getCanonicalPath
-      assert(!WriterGuard.guardedSinks.exists(p =>
-        new File(p.toUri.getPath).getCanonicalPath == meta
-      ))
-      assert(batchlogFiles(s) === atFailure, "the sink's log changed after the failure was raised")
+      assertRunEnded(s, run, atFailure, "after the failure was raised")
       awaitNoRunningTasks()
       assert(FailureInjection.failures.get === 3, "3 attempts of the failing task")
       assert(!new File(s.meta, "3").exists(), "no log file for the failed batch")
@@ -319,12 +331,7 @@ class CommitProtocolQuerySuite extends SparkSessionTestBase {
       checkSink(s, 2)
 
       FailureInjection.reset()
-      withQuery(s.start()) { q2 =>
-        processAll(q2)
-        checkSink(s, 3)
-        runBatch(s, q2, 4)
-      }
-      checkSink(s, 4)
+      resumeAndCheck(s, 3)
       assert(FailureInjection.failures.get === 0)
     }
   }
