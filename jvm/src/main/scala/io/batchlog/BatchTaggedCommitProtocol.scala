@@ -50,6 +50,9 @@ class BatchTaggedCommitProtocol(jobId: String, path: String)
   /** Files written by this task attempt (executor side). */
   @transient private var addedFiles: ArrayBuffer[String] = _
 
+  /** This task attempt's commit returned: its files are the job's now (executor side). */
+  @volatile @transient private var taskCommitted = false
+
   /** Files of committed tasks, deleted if the job aborts (driver side). */
   @transient private var pendingCommitFiles: ArrayBuffer[Path] = _
 
@@ -127,6 +130,10 @@ class BatchTaggedCommitProtocol(jobId: String, path: String)
    * lease goes before the failure reaches the caller.
    */
   override def abortJob(jobContext: JobContext): Unit = {
+    // A stop() cancels the batch's job, then interrupts the query's thread: the interrupt can land
+    // here, as the abort runs, and fail the lease's removal (a lock's wait, a store's client).
+    // Kept for later: the abort finishes first, and the thread ends as Spark expects.
+    val interrupted = Thread.interrupted()
     try {
       val pending = synchronized {
         jobAborted = true
@@ -136,7 +143,10 @@ class BatchTaggedCommitProtocol(jobId: String, path: String)
         files
       }
       deleteUncommitted(pending)
-    } finally if (guard != null) guard.abortRun()
+    } finally {
+      try if (guard != null) guard.abortRun()
+      finally if (interrupted) Thread.currentThread().interrupt()
+    }
   }
 
   private def deleteUncommitted(files: Seq[Path]): Unit = files.foreach { p =>
@@ -167,9 +177,26 @@ class BatchTaggedCommitProtocol(jobId: String, path: String)
     }
   }
 
+  /**
+   * A task that fails or is killed deletes the files it created and did not commit, wherever it
+   * stopped: Spark calls `abortTask` only for a failure inside its write loop, not for one as the
+   * writer opens its first file (Spark 3.5 opens it before that loop: a kill there left the file).
+   */
   override def setupTask(taskContext: TaskAttemptContext): Unit = {
-    addedFiles = new ArrayBuffer[String]
+    val added = new ArrayBuffer[String]
+    addedFiles = added
+    taskCommitted = false
+    val conf = taskContext.getConfiguration
+    Option(TaskContext.get()).foreach(_.addTaskFailureListener { (_, _) =>
+      if (!taskCommitted) deleteTaskFiles(added.toSeq, conf)
+    })
   }
+
+  private def deleteTaskFiles(files: Seq[String], conf: Configuration): Unit =
+    if (files.nonEmpty) {
+      val fs = new Path(files.head).getFileSystem(conf)
+      files.foreach(f => fs.delete(new Path(f), false))
+    }
 
   override def newTaskTempFile(
       taskContext: TaskAttemptContext,
@@ -211,13 +238,10 @@ class BatchTaggedCommitProtocol(jobId: String, path: String)
     Option(TaskContext.get()).filter(_.isInterrupted()).foreach { tc =>
       throw new TaskKilledException(s"killed as it committed its files (${tc.taskAttemptId()})")
     }
+    taskCommitted = true
     message
   }
 
-  override def abortTask(taskContext: TaskAttemptContext): Unit = {
-    if (addedFiles != null && addedFiles.nonEmpty) {
-      val fs = new Path(addedFiles.head).getFileSystem(taskContext.getConfiguration)
-      addedFiles.foreach(f => fs.delete(new Path(f), false))
-    }
-  }
+  override def abortTask(taskContext: TaskAttemptContext): Unit =
+    if (addedFiles != null) deleteTaskFiles(addedFiles.toSeq, taskContext.getConfiguration)
 }

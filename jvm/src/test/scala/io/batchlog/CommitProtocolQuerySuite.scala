@@ -10,6 +10,7 @@ import org.apache.hadoop.fs.Path
 import org.apache.hadoop.mapreduce.TaskType
 
 import org.apache.spark.TaskContext
+import org.apache.spark.scheduler.{SparkListener, SparkListenerTaskEnd, SparkListenerTaskStart}
 import org.apache.spark.internal.io.FileNameSpec
 import org.apache.spark.sql.expressions.UserDefinedFunction
 import io.batchlog.testshim.{intStream, MemoryStream}
@@ -73,8 +74,17 @@ class CommitProtocolQuerySuite extends SparkSessionTestBase {
   }
 
   /** One streaming sink under test: its input, output and checkpoint. */
-  private case class Sink(root: File, fmt: String, partitioned: Boolean, interval: Int) {
+  private case class Sink(
+      root: File,
+      fmt: String,
+      partitioned: Boolean,
+      interval: Int,
+      scheme: String = "file"
+  ) {
     val out = new File(root, "out")
+
+    /** Where the query writes: `out`, under `scheme`. */
+    val target: String = if (scheme == "file") out.toString else s"$scheme://${out.getAbsolutePath}"
     val checkpoint = new File(root, "checkpoint")
     val meta = new File(out, "_spark_metadata")
     val input: MemoryStream[Int] = intStream(spark, 2)
@@ -96,17 +106,30 @@ class CommitProtocolQuerySuite extends SparkSessionTestBase {
       body(Sink(root, fmt, partitioned, interval))
     }
 
+  /** Tasks started and not yet ended, as Spark's listener bus reports them (every test's). */
+  private val runningTasks = new AtomicInteger(0)
+
+  override protected def beforeAll(): Unit = {
+    super.beforeAll()
+    spark.sparkContext.addSparkListener(new SparkListener {
+      override def onTaskStart(e: SparkListenerTaskStart): Unit = runningTasks.incrementAndGet()
+      override def onTaskEnd(e: SparkListenerTaskEnd): Unit = runningTasks.decrementAndGet()
+    })
+  }
+
   /**
-   * Waits (30 s at most) until no task runs. A failed or cancelled job's other task may still be
-   * running as the query's thread moves on (Spark kills it without waiting for it; on a busy
-   * machine it is slow): its abort deletes its file as it ends.
+   * Waits (30 s at most) until every task has ended and the scheduler has handled its result. A
+   * failed or cancelled job's other task may still be running as the query's thread moves on (Spark
+   * kills it without waiting for it; on a busy machine it is slow): its abort deletes its file as
+   * it ends. A task's end reaches listeners as the scheduler starts handling its result (which may
+   * delete a late-committed file): a job run after it waits for that handling to end. (Spark's
+   * status tracker is no help here: it updates its executors' task counts lazily.)
    */
   private def awaitNoRunningTasks(): Unit = {
     val deadline = System.currentTimeMillis() + 30000
-    while (
-      spark.sparkContext.statusTracker.getExecutorInfos.map(_.numRunningTasks).sum > 0 &&
-      System.currentTimeMillis() < deadline
-    ) Thread.sleep(20)
+    while (runningTasks.get > 0 && System.currentTimeMillis() < deadline) Thread.sleep(20)
+    assert(runningTasks.get === 0, "tasks still running after 30 s")
+    spark.sparkContext.parallelize(Seq(1), 1).count()
   }
 
   /**
@@ -299,6 +322,37 @@ class CommitProtocolQuerySuite extends SparkSessionTestBase {
 
       FailureInjection.reset()
       resumeAndCheck(s, 2)
+    }
+  }
+
+  test("a task killed as it commits its file deletes it: a stopped batch leaves no file") {
+    StallingFileSystem.installed(spark.sparkContext.hadoopConfiguration) {
+      withSink("json", partitioned = false, interval = 3) { s =>
+        val lease = new File(s.out, "_batchlog/_batchlog-lease.json")
+        val q = s.start()
+        try {
+          (0 to 1).foreach(runBatch(s, q, _))
+          // A task of batch 2 has written its file and is held in its commit as the query stops:
+          // Spark marks it killed, and would report it so after the commit, its file kept.
+          StallingFileSystem.stallOn = "-batch-2-"
+          s.input.addData(rowsOf(2): _*)
+          assert(
+            StallingFileSystem.stalled.await(queryTimeout.totalNanos, TimeUnit.NANOSECONDS),
+            "no task of batch 2 reached its commit"
+          )
+          q.stop()
+          assert(!lease.exists(), "the stopped run's lease is still there as stop() returns")
+        } finally {
+          StallingFileSystem.release.countDown()
+          q.stop()
+        }
+        awaitNoRunningTasks()
+        val left = dataFiles(s.out).filter(p => new File(p).getName.contains("-batch-2-"))
+        assert(left.isEmpty, "the killed tasks' files were deleted")
+        assert(BatchLog.forPath(spark, s.out.toString).verify().orphanCount === 0L)
+        checkSink(s, 1)
+        resumeAndCheck(s, 2)
+      }
     }
   }
 
