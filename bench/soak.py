@@ -39,6 +39,7 @@ Usage: python bench/soak.py [--batches 10000] [--round 500] [--short-runs 200]
 from __future__ import annotations
 
 import argparse
+import atexit
 import gc
 import json
 import math
@@ -718,6 +719,14 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.round > 4000:
         ap.error("--round: at most 4000 (the batches of a round must fit in recentProgress)")
+    if args.variant != "vanilla" and "BATCHLOG_JAR" not in os.environ:
+        # A JVM loads classes from its jars as it needs them, hours into a soak: a rebuild that
+        # replaces the checkout's jar under it fails the run (ZipException). It runs on a copy.
+        jars = tempfile.mkdtemp(prefix="batchlog-soak-jar-")
+        atexit.register(shutil.rmtree, jars, True)
+        copy = Path(jars) / Path(batchlog.jar_path()).name
+        shutil.copyfile(batchlog.jar_path(), copy)
+        os.environ["BATCHLOG_JAR"] = str(copy)
     runs = run_side_by_side(args) if args.variant == "both" else run_variant(args, args.variant)
     verdicts = [v for r in runs for v in judge(r)]
     beyond = beyond_vanilla(verdicts)
