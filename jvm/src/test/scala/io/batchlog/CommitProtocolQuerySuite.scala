@@ -74,17 +74,8 @@ class CommitProtocolQuerySuite extends SparkSessionTestBase {
   }
 
   /** One streaming sink under test: its input, output and checkpoint. */
-  private case class Sink(
-      root: File,
-      fmt: String,
-      partitioned: Boolean,
-      interval: Int,
-      scheme: String = "file"
-  ) {
+  private case class Sink(root: File, fmt: String, partitioned: Boolean, interval: Int) {
     val out = new File(root, "out")
-
-    /** Where the query writes: `out`, under `scheme`. */
-    val target: String = if (scheme == "file") out.toString else s"$scheme://${out.getAbsolutePath}"
     val checkpoint = new File(root, "checkpoint")
     val meta = new File(out, "_spark_metadata")
     val input: MemoryStream[Int] = intStream(spark, 2)
@@ -175,6 +166,10 @@ class CommitProtocolQuerySuite extends SparkSessionTestBase {
     walk(out).filterNot(f => f.getName.startsWith(".") || f.getName.startsWith("_"))
       .map(_.getCanonicalPath).toSet
   }
+
+  /** The data files on disk under the sink's output whose names say batch `batch`. */
+  private def dataFilesOf(s: Sink, batch: Long): Set[String] =
+    dataFiles(s.out).filter(DataFileNaming.batchIdOf(_).contains(batch))
 
   private def localPath(logged: String): String = new Path(new URI(logged)).toUri.getPath
 
@@ -313,7 +308,7 @@ class CommitProtocolQuerySuite extends SparkSessionTestBase {
       // reaches a cancelled job, so its file is in no committer's list. It is an orphan: in no log
       // (plain Spark never reads it), listed by verify, deleted by vacuum; nothing else is left.
       awaitNoRunningTasks()
-      val left = dataFiles(s.out).filter(p => new File(p).getName.contains("-batch-2-"))
+      val left = dataFilesOf(s, 2)
       val sink = BatchLog.forPath(spark, s.out.toString)
       val report = sink.verify()
       assert(report.orphans.map(o => localPath(o.path)).toSet === left, report)
@@ -347,7 +342,7 @@ class CommitProtocolQuerySuite extends SparkSessionTestBase {
           q.stop()
         }
         awaitNoRunningTasks()
-        val left = dataFiles(s.out).filter(p => new File(p).getName.contains("-batch-2-"))
+        val left = dataFilesOf(s, 2)
         assert(left.isEmpty, "the killed tasks' files were deleted")
         assert(BatchLog.forPath(spark, s.out.toString).verify().orphanCount === 0L)
         checkSink(s, 1)
@@ -379,7 +374,7 @@ class CommitProtocolQuerySuite extends SparkSessionTestBase {
       assert(!new File(s.checkpoint, "commits/3").exists())
       assert(new File(s.checkpoint, "offsets/3").exists())
       assert(
-        dataFiles(s.out).forall(p => !new File(p).getName.contains("-batch-3-")),
+        dataFilesOf(s, 3).isEmpty,
         "the failed job's files were removed"
       )
       checkSink(s, 2)

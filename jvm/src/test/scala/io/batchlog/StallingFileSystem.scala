@@ -12,7 +12,7 @@ import org.apache.spark.TaskContext
  * `getFileStatus` of an existing file whose name contains [[StallingFileSystem.stallOn]] waits
  * until [[StallingFileSystem.release]] opens, whatever interrupts it (as a write past Spark's last
  * check for a kill would). A real file system, not a mock: every call reaches the local disk.
- * [[StallingFileSystem.install]] makes it the `file:` scheme's for new file system instances.
+ * [[StallingFileSystem.installed]] makes it the `file:` scheme's for new file system instances.
  */
 class StallingFileSystem extends LocalFileSystem {
 
