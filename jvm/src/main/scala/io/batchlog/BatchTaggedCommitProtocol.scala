@@ -8,7 +8,7 @@ import org.apache.hadoop.conf.Configuration
 import org.apache.hadoop.fs.Path
 import org.apache.hadoop.mapreduce.{JobContext, TaskAttemptContext}
 
-import org.apache.spark.{TaskContext, TaskKilledException}
+import org.apache.spark.TaskContext
 import org.apache.spark.internal.io.FileCommitProtocol.TaskCommitMessage
 import org.apache.spark.internal.io.FileNameSpec
 import org.apache.spark.sql.SparkSession
@@ -49,9 +49,6 @@ class BatchTaggedCommitProtocol(jobId: String, path: String)
 
   /** Files written by this task attempt (executor side). */
   @transient private var addedFiles: ArrayBuffer[String] = _
-
-  /** This task attempt's commit returned: its files are the job's now (executor side). */
-  @volatile @transient private var taskCommitted = false
 
   /** Files of committed tasks, deleted if the job aborts (driver side). */
   @transient private var pendingCommitFiles: ArrayBuffer[Path] = _
@@ -178,24 +175,40 @@ class BatchTaggedCommitProtocol(jobId: String, path: String)
   }
 
   /**
-   * A task that fails or is killed deletes the files it created and did not commit, wherever it
-   * stopped: Spark calls `abortTask` only for a failure inside its write loop, not for one as the
-   * writer opens its first file (Spark 3.5 opens it before that loop: a kill there left the file).
+   * A task whose commit will not reach the driver deletes the files it created, wherever it
+   * stopped. Spark calls `abortTask` only for a failure inside its write loop, not for one as the
+   * writer opens its first file (Spark 3.5 opens it before that loop: a kill there left the file),
+   * nor for one after the commit. And a task killed after its commit returned (as its completion
+   * listeners run) is reported killed by Spark's executor, its commit message dropped. So: a failed
+   * task deletes its files, and a task that completes killed deletes them too; the executor reports
+   * a task killed if and only if it was marked so by then, and the mark is never cleared.
    */
   override def setupTask(taskContext: TaskAttemptContext): Unit = {
     val added = new ArrayBuffer[String]
     addedFiles = added
-    taskCommitted = false
     val conf = taskContext.getConfiguration
-    Option(TaskContext.get()).foreach(_.addTaskFailureListener { (_, _) =>
-      if (!taskCommitted) deleteTaskFiles(added.toSeq, conf)
-    })
+    Option(TaskContext.get()).foreach { tc =>
+      tc.addTaskFailureListener((_, _) => deleteTaskFiles(added.toSeq, conf))
+      tc.addTaskCompletionListener[Unit] { ctx =>
+        if (ctx.isInterrupted()) deleteTaskFiles(added.toSeq, conf)
+      }
+    }
   }
 
+  /**
+   * A killed task's thread is often interrupted, and an interrupted thread fails the next call of
+   * HDFS's or S3's client at once: the interrupt is held until the files are gone, then restored.
+   */
   private def deleteTaskFiles(files: Seq[String], conf: Configuration): Unit =
     if (files.nonEmpty) {
-      val fs = new Path(files.head).getFileSystem(conf)
-      files.foreach(f => fs.delete(new Path(f), false))
+      val interrupted = Thread.interrupted()
+      try {
+        val fs = new Path(files.head).getFileSystem(conf)
+        files.foreach { f =>
+          try fs.delete(new Path(f), false)
+          catch { case e: IOException => logWarning(s"Failed to remove $f of a failed task", e) }
+        }
+      } finally if (interrupted) Thread.currentThread().interrupt()
     }
 
   override def newTaskTempFile(
@@ -221,26 +234,14 @@ class BatchTaggedCommitProtocol(jobId: String, path: String)
       ext: String
   ): String = newTaskTempFile(taskContext, dir, FileNameSpec("", ext))
 
-  /**
-   * A task killed as it finished its files (its batch stopped or failed) is reported killed by
-   * Spark's executor, whatever it returns here: its message never reaches the driver, so its files
-   * would be in no list to delete. It fails here instead, and `abortTask` deletes them.
-   */
-  override def commitTask(taskContext: TaskAttemptContext): TaskCommitMessage = {
-    val message =
-      if (addedFiles.isEmpty) new TaskCommitMessage(Seq.empty[SinkFileStatus])
-      else {
-        val fs = new Path(addedFiles.head).getFileSystem(taskContext.getConfiguration)
-        new TaskCommitMessage(
-          addedFiles.map(f => SinkFileStatus(fs.getFileStatus(new Path(f)))).toSeq
-        )
-      }
-    Option(TaskContext.get()).filter(_.isInterrupted()).foreach { tc =>
-      throw new TaskKilledException(s"killed as it committed its files (${tc.taskAttemptId()})")
+  override def commitTask(taskContext: TaskAttemptContext): TaskCommitMessage =
+    if (addedFiles.isEmpty) new TaskCommitMessage(Seq.empty[SinkFileStatus])
+    else {
+      val fs = new Path(addedFiles.head).getFileSystem(taskContext.getConfiguration)
+      new TaskCommitMessage(
+        addedFiles.map(f => SinkFileStatus(fs.getFileStatus(new Path(f)))).toSeq
+      )
     }
-    taskCommitted = true
-    message
-  }
 
   override def abortTask(taskContext: TaskAttemptContext): Unit =
     if (addedFiles != null) deleteTaskFiles(addedFiles.toSeq, taskContext.getConfiguration)

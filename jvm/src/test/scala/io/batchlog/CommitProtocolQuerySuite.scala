@@ -3,14 +3,19 @@ package io.batchlog
 import java.io.File
 import java.net.URI
 import java.nio.file.Files
-import java.util.concurrent.{CountDownLatch, TimeUnit}
+import java.util.concurrent.{ConcurrentHashMap, CountDownLatch, TimeUnit}
 import java.util.concurrent.atomic.AtomicInteger
 
 import org.apache.hadoop.fs.Path
 import org.apache.hadoop.mapreduce.TaskType
 
-import org.apache.spark.TaskContext
-import org.apache.spark.scheduler.{SparkListener, SparkListenerTaskEnd, SparkListenerTaskStart}
+import org.apache.spark.{Success, TaskContext}
+import org.apache.spark.scheduler.{
+  SparkListener,
+  SparkListenerJobStart,
+  SparkListenerTaskEnd,
+  SparkListenerTaskStart
+}
 import org.apache.spark.internal.io.FileNameSpec
 import org.apache.spark.sql.expressions.UserDefinedFunction
 import io.batchlog.testshim.{intStream, MemoryStream}
@@ -34,19 +39,46 @@ object FailureInjection {
   @volatile var blockOn: Long = Long.MinValue
   @volatile var blocked: CountDownLatch = new CountDownLatch(1)
 
+  /** If set, the failing row's last attempt (the master allows 3) waits for it before failing. */
+  @volatile var lastFailureAfter: CountDownLatch = null
+
+  /**
+   * Rows `[holdFrom, holdUntil)`: their tasks, once committed, wait in their completion until
+   * interrupted (their job cancelled), after `completing` is counted down once per task.
+   */
+  @volatile var holdFrom: Long = Long.MaxValue
+  @volatile var holdUntil: Long = Long.MaxValue
+  @volatile var completing: CountDownLatch = new CountDownLatch(2)
+  private val holding = ConcurrentHashMap.newKeySet[java.lang.Long]()
+
   def reset(): Unit = {
     failOn = Long.MinValue; firstAttemptOnly = true; failures.set(0)
-    blockOn = Long.MinValue; blocked = new CountDownLatch(1)
+    blockOn = Long.MinValue; blocked = new CountDownLatch(1); lastFailureAfter = null
+    holdFrom = Long.MaxValue; holdUntil = Long.MaxValue; completing = new CountDownLatch(2)
+    holding.clear()
   }
 
+  private def untilInterrupted(): Unit =
+    try new CountDownLatch(1).await(2, TimeUnit.MINUTES)
+    catch { case _: InterruptedException => () }
+
   val maybeFail: UserDefinedFunction = udf { (id: Long) =>
-    if (id == failOn && (!firstAttemptOnly || TaskContext.get().attemptNumber() == 0)) {
+    val task = TaskContext.get()
+    if (id == failOn && (!firstAttemptOnly || task.attemptNumber() == 0)) {
+      Option(lastFailureAfter).filter(_ => task.attemptNumber() == 2).foreach { latch =>
+        latch.await(2, TimeUnit.MINUTES)
+      }
       failures.incrementAndGet()
       throw new IllegalStateException(s"injected failure on row $id")
     }
     if (id == blockOn) {
       blocked.countDown()
       new CountDownLatch(1).await() // until the task is interrupted
+    }
+    if (id >= holdFrom && id < holdUntil && holding.add(task.taskAttemptId())) {
+      // Registered after the committer's own completion listener, so it runs before it.
+      val latch = completing
+      task.addTaskCompletionListener[Unit] { _ => latch.countDown(); untilInterrupted() }
     }
     id
   }.asNondeterministic()
@@ -121,6 +153,24 @@ class CommitProtocolQuerySuite extends SparkSessionTestBase {
     while (runningTasks.get > 0 && System.currentTimeMillis() < deadline) Thread.sleep(20)
     assert(runningTasks.get === 0, "tasks still running after 30 s")
     spark.sparkContext.parallelize(Seq(1), 1).count()
+  }
+
+  /**
+   * Counted down as a task of batch `batch`'s job ends successfully, once the scheduler handled it
+   * (it posts a task's end as it handles the task's result, one event at a time: a failure after
+   * this is handled after that result). The listener stays, inert once counted down.
+   */
+  private def successfulTaskOfBatch(batch: Long): CountDownLatch = {
+    val done = new CountDownLatch(1)
+    spark.sparkContext.addSparkListener(new SparkListener {
+      @volatile private var stages = Set.empty[Int]
+      override def onJobStart(e: SparkListenerJobStart): Unit =
+        if (Option(e.properties).exists(_.getProperty("streaming.sql.batchId") == batch.toString))
+          stages ++= e.stageIds
+      override def onTaskEnd(e: SparkListenerTaskEnd): Unit =
+        if (stages.contains(e.stageId) && e.reason == Success) done.countDown()
+    })
+    done
   }
 
   /**
@@ -351,6 +401,34 @@ class CommitProtocolQuerySuite extends SparkSessionTestBase {
     }
   }
 
+  test("a task killed after its commit, as it completes, deletes its file") {
+    withSink("json", partitioned = false, interval = 3) { s =>
+      val lease = new File(s.out, "_batchlog/_batchlog-lease.json")
+      val q = s.start()
+      try {
+        (0 to 1).foreach(runBatch(s, q, _))
+        // Both tasks of batch 2 committed their files and wait in their completion as the query
+        // stops: Spark's executor reports them killed, and drops what they committed.
+        FailureInjection.holdFrom = rowsOf(2).head.toLong
+        FailureInjection.holdUntil = rowsOf(2).last.toLong + 1
+        s.input.addData(rowsOf(2): _*)
+        assert(
+          FailureInjection.completing.await(queryTimeout.totalNanos, TimeUnit.NANOSECONDS),
+          "the tasks of batch 2 never completed"
+        )
+        assert(dataFilesOf(s, 2).size === 2, "each task committed its file")
+        q.stop()
+        assert(!lease.exists(), "the stopped run's lease is still there as stop() returns")
+      } finally q.stop()
+      awaitNoRunningTasks()
+      assert(dataFilesOf(s, 2).isEmpty, "the killed tasks' files were deleted")
+      assert(BatchLog.forPath(spark, s.out.toString).verify().orphanCount === 0L)
+      checkSink(s, 1)
+      FailureInjection.reset()
+      resumeAndCheck(s, 2)
+    }
+  }
+
   test("a batch whose job fails is not logged; after a restart its rows are written once") {
     withSink("parquet", partitioned = false, interval = 3) { s =>
       val lease = new File(s.out, "_batchlog/_batchlog-lease.json")
@@ -359,6 +437,10 @@ class CommitProtocolQuerySuite extends SparkSessionTestBase {
         assert(lease.isFile)
         FailureInjection.failOn = rowsOf(3)(2).toLong
         FailureInjection.firstAttemptOnly = false
+        // The batch's other task succeeds, and the driver has its files, before the job fails: so
+        // abortJob deletes them. (One finishing just as the job fails may leave an orphan: see "a
+        // stop() in the middle of a batch ...".)
+        FailureInjection.lastFailureAfter = successfulTaskOfBatch(3)
         s.input.addData(rowsOf(3): _*)
         val e = intercept[StreamingQueryException](processAll(q))
         assert(e.getMessage.contains("injected failure on row 302"), e.getMessage)
