@@ -370,33 +370,44 @@ class CommitProtocolQuerySuite extends SparkSessionTestBase {
     }
   }
 
-  test("a task killed as it commits its file deletes it: a stopped batch leaves no file") {
-    StallingFileSystem.installed(spark.sparkContext.hadoopConfiguration) {
-      withSink("json", partitioned = false, interval = 3) { s =>
-        val lease = new File(s.out, "_batchlog/_batchlog-lease.json")
-        val q = s.start()
-        try {
-          (0 to 1).foreach(runBatch(s, q, _))
-          // A task of batch 2 has written its file and is held in its commit as the query stops:
-          // Spark marks it killed, and would report it so after the commit, its file kept.
-          StallingFileSystem.stallOn = "-batch-2-"
-          s.input.addData(rowsOf(2): _*)
-          assert(
-            StallingFileSystem.stalled.await(queryTimeout.totalNanos, TimeUnit.NANOSECONDS),
-            "no task of batch 2 reached its commit"
-          )
-          q.stop()
-          assert(!lease.exists(), "the stopped run's lease is still there as stop() returns")
-        } finally {
-          StallingFileSystem.release.countDown()
-          q.stop()
+  Seq(
+    ("as it commits its file", "json", false),
+    ("as its writer opens its file", "parquet", true)
+  ).foreach { case (moment, fmt, atCreate) =>
+    test(s"a task killed $moment deletes it: a stopped batch leaves no file ($fmt)") {
+      StallingFileSystem.installed(spark.sparkContext.hadoopConfiguration) {
+        withSink(fmt, partitioned = false, interval = 3) { s =>
+          val lease = new File(s.out, "_batchlog/_batchlog-lease.json")
+          val q = s.start()
+          try {
+            (0 to 1).foreach(runBatch(s, q, _))
+            // A task of batch 2 is held with its file on disk as the query stops: Spark marks it
+            // killed and interrupts it. Past its commit, Spark would report it killed, its file
+            // kept; as it opens its file, the open fails (Spark 3.5 calls no abortTask there).
+            StallingFileSystem.atCreate = atCreate
+            StallingFileSystem.stallOn = "-batch-2-"
+            s.input.addData(rowsOf(2): _*)
+            assert(
+              StallingFileSystem.stalled.await(queryTimeout.totalNanos, TimeUnit.NANOSECONDS),
+              s"no task of batch 2 was held $moment"
+            )
+            q.stop()
+            assert(!lease.exists(), "the stopped run's lease is still there as stop() returns")
+            assert(
+              StallingFileSystem.interrupted.await(queryTimeout.totalNanos, TimeUnit.NANOSECONDS),
+              "the held task was never interrupted"
+            )
+          } finally {
+            StallingFileSystem.release.countDown()
+            q.stop()
+          }
+          awaitNoRunningTasks()
+          val left = dataFilesOf(s, 2)
+          assert(left.isEmpty, "the killed tasks' files were deleted")
+          assert(BatchLog.forPath(spark, s.out.toString).verify().orphanCount === 0L)
+          checkSink(s, 1)
+          resumeAndCheck(s, 2)
         }
-        awaitNoRunningTasks()
-        val left = dataFilesOf(s, 2)
-        assert(left.isEmpty, "the killed tasks' files were deleted")
-        assert(BatchLog.forPath(spark, s.out.toString).verify().orphanCount === 0L)
-        checkSink(s, 1)
-        resumeAndCheck(s, 2)
       }
     }
   }

@@ -1,15 +1,20 @@
 package io.batchlog
 
+import java.io.InterruptedIOException
 import java.util.concurrent.CountDownLatch
 
 import org.apache.hadoop.conf.Configuration
-import org.apache.hadoop.fs.{FileStatus, LocalFileSystem, Path}
+import org.apache.hadoop.fs.{FileStatus, FSDataOutputStream, LocalFileSystem, Path}
+import org.apache.hadoop.fs.permission.FsPermission
+import org.apache.hadoop.util.Progressable
 
 import org.apache.spark.TaskContext
 
 /**
- * Hadoop's local file system, able to hold a task at the moment it commits its files: a task's
- * `getFileStatus` of an existing file whose name contains [[StallingFileSystem.stallOn]] waits
+ * Hadoop's local file system, able to hold a task at a chosen moment: as it commits its files (a
+ * task's `getFileStatus` of an existing file), or with [[StallingFileSystem.atCreate]] as its
+ * writer opens one (the file created, the call failing if the task was interrupted meanwhile, as
+ * HDFS's client fails). Only for names containing [[StallingFileSystem.stallOn]]; the task waits
  * until [[StallingFileSystem.release]] opens, whatever interrupts it (as a write past Spark's last
  * check for a kill would). A real file system, not a mock: every call reaches the local disk.
  * [[StallingFileSystem.installed]] makes it the `file:` scheme's for new file system instances.
@@ -19,18 +24,46 @@ class StallingFileSystem extends LocalFileSystem {
   /** Stalls only on a file that exists: a task's commit, not its writer's create. */
   override def getFileStatus(f: Path): FileStatus = {
     val status = super.getFileStatus(f)
+    if (!StallingFileSystem.atCreate) stall(f)
+    status
+  }
+
+  override def create(
+      f: Path,
+      permission: FsPermission,
+      overwrite: Boolean,
+      bufferSize: Int,
+      replication: Short,
+      blockSize: Long,
+      progress: Progressable
+  ): FSDataOutputStream = {
+    val out = super.create(f, permission, overwrite, bufferSize, replication, blockSize, progress)
+    if (StallingFileSystem.atCreate && stall(f)) {
+      // As HDFS's client does on an interrupted thread: the file is created, the call fails.
+      out.close()
+      throw new InterruptedIOException(s"interrupted as $f was created")
+    }
+    out
+  }
+
+  /** Whether the task was interrupted as it stalled (the interrupt is kept on its thread). */
+  private def stall(f: Path): Boolean = {
     val on = StallingFileSystem.stallOn
+    var interrupted = false
     if (on != null && f.getName.contains(on) && TaskContext.get() != null) {
       val release = StallingFileSystem.release
       StallingFileSystem.stalled.countDown()
-      var interrupted = false
       while (release.getCount > 0) {
         try release.await()
-        catch { case _: InterruptedException => interrupted = true }
+        catch {
+          case _: InterruptedException =>
+            interrupted = true
+            StallingFileSystem.interrupted.countDown()
+        }
       }
       if (interrupted) Thread.currentThread().interrupt()
     }
-    status
+    interrupted
   }
 }
 
@@ -39,8 +72,14 @@ object StallingFileSystem {
   /** A part of the file names to stall on; none when null. */
   @volatile var stallOn: String = _
 
+  /** Stall as a file is created, not as it is committed. */
+  @volatile var atCreate: Boolean = false
+
   /** Opened by the first task that stalls (a test awaits it). */
   @volatile var stalled = new CountDownLatch(1)
+
+  /** Opened by the first stalled task that is interrupted (its job cancelled). */
+  @volatile var interrupted = new CountDownLatch(1)
 
   /** Opened by the test: every stalled task goes on. */
   @volatile var release = new CountDownLatch(1)
@@ -56,7 +95,9 @@ object StallingFileSystem {
     finally {
       release.countDown()
       stallOn = null
+      atCreate = false
       stalled = new CountDownLatch(1)
+      interrupted = new CountDownLatch(1)
       release = new CountDownLatch(1)
       before.foreach { case (k, v) => v.fold(conf.unset(k))(conf.set(k, _)) }
     }
