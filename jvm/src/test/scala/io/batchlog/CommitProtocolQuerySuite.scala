@@ -6,6 +6,8 @@ import java.nio.file.Files
 import java.util.concurrent.{ConcurrentHashMap, CountDownLatch, TimeUnit}
 import java.util.concurrent.atomic.AtomicInteger
 
+import scala.jdk.CollectionConverters._
+
 import org.apache.hadoop.fs.Path
 import org.apache.hadoop.mapreduce.TaskType
 
@@ -35,9 +37,10 @@ object FailureInjection {
   @volatile var firstAttemptOnly: Boolean = true
   val failures = new AtomicInteger(0)
 
-  /** A row whose task waits on it until interrupted (its job cancelled), and who waits there. */
+  /** A row whose task waits on it until interrupted (its job cancelled) or `unblock` opens. */
   @volatile var blockOn: Long = Long.MinValue
   @volatile var blocked: CountDownLatch = new CountDownLatch(1)
+  @volatile var unblock: CountDownLatch = new CountDownLatch(1)
 
   /** If set, the failing row's last attempt (the master allows 3) waits for it before failing. */
   @volatile var lastFailureAfter: CountDownLatch = null
@@ -53,7 +56,8 @@ object FailureInjection {
 
   def reset(): Unit = {
     failOn = Long.MinValue; firstAttemptOnly = true; failures.set(0)
-    blockOn = Long.MinValue; blocked = new CountDownLatch(1); lastFailureAfter = null
+    blockOn = Long.MinValue; blocked = new CountDownLatch(1); unblock.countDown()
+    unblock = new CountDownLatch(1); lastFailureAfter = null
     holdFrom = Long.MaxValue; holdUntil = Long.MaxValue; completing = new CountDownLatch(2)
     holding.clear()
   }
@@ -73,7 +77,7 @@ object FailureInjection {
     }
     if (id == blockOn) {
       blocked.countDown()
-      new CountDownLatch(1).await() // until the task is interrupted
+      unblock.await() // until the task is interrupted, or the test lets it go
     }
     if (id >= holdFrom && id < holdUntil && holding.add(task.taskAttemptId())) {
       // Registered after the committer's own completion listener, so it runs before it.
@@ -433,6 +437,38 @@ class CommitProtocolQuerySuite extends SparkSessionTestBase {
       } finally q.stop()
       awaitNoRunningTasks()
       assert(dataFilesOf(s, 2).isEmpty, "the killed tasks' files were deleted")
+      assert(BatchLog.forPath(spark, s.out.toString).verify().orphanCount === 0L)
+      checkSink(s, 1)
+      FailureInjection.reset()
+      resumeAndCheck(s, 2)
+    }
+  }
+
+  test("a task's files reaching the driver after its batch aborted are deleted as they arrive") {
+    withSink("parquet", partitioned = false, interval = 3) { s =>
+      val lease = new File(s.out, "_batchlog/_batchlog-lease.json")
+      val q = s.start()
+      try {
+        (0 to 1).foreach(runBatch(s, q, _))
+        FailureInjection.blockOn = rowsOf(2)(3).toLong
+        s.input.addData(rowsOf(2): _*)
+        assert(
+          FailureInjection.blocked.await(queryTimeout.totalNanos, TimeUnit.NANOSECONDS),
+          "batch 2's task never reached its blocking row"
+        )
+        // The query's thread is interrupted while its batch's job runs (as stop() does after it
+        // asks Spark to cancel the job, which Spark does a moment later): the batch aborts at once
+        // and the query fails, while the job runs on. Its held task then finishes its file.
+        val runId = q.runId.toString
+        Thread.getAllStackTraces.keySet.asScala.filter(_.getName.contains(runId)).foreach(
+          _.interrupt()
+        )
+        intercept[StreamingQueryException](q.awaitTermination())
+        assert(!lease.exists(), "the aborted run's lease is still there as the query ends")
+        FailureInjection.unblock.countDown()
+      } finally q.stop()
+      awaitNoRunningTasks()
+      assert(dataFilesOf(s, 2).isEmpty, "the late task's file was deleted")
       assert(BatchLog.forPath(spark, s.out.toString).verify().orphanCount === 0L)
       checkSink(s, 1)
       FailureInjection.reset()
