@@ -126,24 +126,42 @@ class BatchTaggedCommitProtocol(jobId: String, path: String)
    * ends here ([[WriterGuard.abortRun]]): Spark ends the query with the failure, and the run's
    * lease goes before the failure reaches the caller.
    */
-  override def abortJob(jobContext: JobContext): Unit = {
-    // A stop() cancels the batch's job, then interrupts the query's thread: the interrupt can land
-    // here, as the abort runs, and fail the lease's removal (a lock's wait, a store's client).
-    // Kept for later: the abort finishes first, and the thread ends as Spark expects.
-    val interrupted = Thread.interrupted()
-    try {
-      val pending = synchronized {
-        jobAborted = true
-        jobConf = jobContext.getConfiguration
-        val files = if (pendingCommitFiles == null) Nil else pendingCommitFiles.toList
-        if (pendingCommitFiles != null) pendingCommitFiles.clear()
-        files
-      }
-      deleteUncommitted(pending)
-    } finally {
-      try if (guard != null) guard.abortRun()
-      finally if (interrupted) Thread.currentThread().interrupt()
+  override def abortJob(jobContext: JobContext): Unit = uninterruptibly {
+    val pending = synchronized {
+      jobAborted = true
+      jobConf = jobContext.getConfiguration
+      val files = if (pendingCommitFiles == null) Nil else pendingCommitFiles.toList
+      if (pendingCommitFiles != null) pendingCommitFiles.clear()
+      files
     }
+    try deleteUncommitted(pending)
+    finally if (guard != null) guard.abortRun()
+  }
+
+  /**
+   * Runs `body` to its end on a thread of its own, whatever interrupts the caller meanwhile. A
+   * `stop()` cancels the batch's job, then interrupts the query's thread: the interrupt can land as
+   * the abort runs, and an interrupted thread fails a lock's timed wait, HDFS's and S3's clients at
+   * once (the lease would outlive `stop()`, a file would stay). The caller's interrupt is kept for
+   * after, so the query's thread ends as Spark expects.
+   */
+  private def uninterruptibly(body: => Unit): Unit = {
+    var interrupted = Thread.interrupted()
+    var failure: Throwable = null
+    val worker = new Thread(
+      () =>
+        try body
+        catch { case e: Throwable => failure = e },
+      s"batchlog-abort-batch-$batchId"
+    )
+    worker.setDaemon(true)
+    worker.start()
+    while (worker.isAlive) {
+      try worker.join()
+      catch { case _: InterruptedException => interrupted = true }
+    }
+    if (interrupted) Thread.currentThread().interrupt()
+    if (failure != null) throw failure
   }
 
   private def deleteUncommitted(files: Seq[Path]): Unit = files.foreach { p =>

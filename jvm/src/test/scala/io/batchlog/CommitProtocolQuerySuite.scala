@@ -159,6 +159,12 @@ class CommitProtocolQuerySuite extends SparkSessionTestBase {
     spark.sparkContext.parallelize(Seq(1), 1).count()
   }
 
+  /** The query's micro-batch thread (Spark names it after the query's run). */
+  private def queryThread(q: StreamingQuery): Thread = {
+    val runId = q.runId.toString
+    Thread.getAllStackTraces.keySet.asScala.find(_.getName.contains(runId)).get
+  }
+
   /**
    * Counted down as a task of batch `batch`'s job ends successfully, once the scheduler handled it
    * (it posts a task's end as it handles the task's result, one event at a time: a failure after
@@ -459,10 +465,7 @@ class CommitProtocolQuerySuite extends SparkSessionTestBase {
         // The query's thread is interrupted while its batch's job runs (as stop() does after it
         // asks Spark to cancel the job, which Spark does a moment later): the batch aborts at once
         // and the query fails, while the job runs on. Its held task then finishes its file.
-        val runId = q.runId.toString
-        Thread.getAllStackTraces.keySet.asScala.filter(_.getName.contains(runId)).foreach(
-          _.interrupt()
-        )
+        queryThread(q).interrupt()
         intercept[StreamingQueryException](q.awaitTermination())
         assert(!lease.exists(), "the aborted run's lease is still there as the query ends")
         FailureInjection.unblock.countDown()
@@ -473,6 +476,43 @@ class CommitProtocolQuerySuite extends SparkSessionTestBase {
       checkSink(s, 1)
       FailureInjection.reset()
       resumeAndCheck(s, 2)
+    }
+  }
+
+  test("an interrupt landing as a failed batch aborts: the abort ends, the failure is kept") {
+    StallingFileSystem.installed(spark.sparkContext.hadoopConfiguration) {
+      withSink("parquet", partitioned = false, interval = 3) { s =>
+        val lease = new File(s.out, "_batchlog/_batchlog-lease.json")
+        val q = s.start()
+        try {
+          (0 to 1).foreach(runBatch(s, q, _))
+          FailureInjection.failOn = rowsOf(2)(2).toLong
+          FailureInjection.firstAttemptOnly = false
+          FailureInjection.lastFailureAfter = successfulTaskOfBatch(2)
+          // The batch's job fails; its abort is held as it deletes the other task's file, and
+          // the query's thread is interrupted then, as a stop() landing just after the failure.
+          StallingFileSystem.onDriver = true
+          StallingFileSystem.stallOn = "-batch-2-"
+          s.input.addData(rowsOf(2): _*)
+          assert(
+            StallingFileSystem.stalled.await(queryTimeout.totalNanos, TimeUnit.NANOSECONDS),
+            "the failed batch's abort never reached its files"
+          )
+          queryThread(q).interrupt()
+          StallingFileSystem.release.countDown()
+          val e = intercept[StreamingQueryException](q.awaitTermination())
+          assert(e.getMessage.contains("injected failure on row 202"), e.getMessage)
+          assert(!lease.exists(), "the failed run's lease is still there as its failure is raised")
+        } finally {
+          StallingFileSystem.release.countDown()
+          q.stop()
+        }
+        awaitNoRunningTasks()
+        assert(dataFilesOf(s, 2).isEmpty, "the failed job's files were removed")
+        checkSink(s, 1)
+        FailureInjection.reset()
+        resumeAndCheck(s, 2)
+      }
     }
   }
 

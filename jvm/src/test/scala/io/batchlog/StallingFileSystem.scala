@@ -14,10 +14,12 @@ import org.apache.spark.TaskContext
  * Hadoop's local file system, able to hold a task at a chosen moment: as it commits its files (a
  * task's `getFileStatus` of an existing file), or with [[StallingFileSystem.atCreate]] as its
  * writer opens one (the file created, the call failing if the task was interrupted meanwhile, as
- * HDFS's client fails). Only for names containing [[StallingFileSystem.stallOn]]; the task waits
- * until [[StallingFileSystem.release]] opens, whatever interrupts it (as a write past Spark's last
- * check for a kill would). A real file system, not a mock: every call reaches the local disk.
- * [[StallingFileSystem.installed]] makes it the `file:` scheme's for new file system instances.
+ * HDFS's client fails). With [[StallingFileSystem.onDriver]] it holds the driver instead, as it
+ * looks at a batch's files (its job's abort). Only for names containing
+ * [[StallingFileSystem.stallOn]]; the task waits until [[StallingFileSystem.release]] opens,
+ * whatever interrupts it (as a write past Spark's last check for a kill would). A real file system,
+ * not a mock: every call reaches the local disk. [[StallingFileSystem.installed]] makes it the
+ * `file:` scheme's for new file system instances.
  */
 class StallingFileSystem extends LocalFileSystem {
 
@@ -50,7 +52,8 @@ class StallingFileSystem extends LocalFileSystem {
   private def stall(f: Path): Boolean = {
     val on = StallingFileSystem.stallOn
     var interrupted = false
-    if (on != null && f.getName.contains(on) && TaskContext.get() != null) {
+    val here = (TaskContext.get() != null) != StallingFileSystem.onDriver
+    if (on != null && f.getName.contains(on) && here) {
       val release = StallingFileSystem.release
       StallingFileSystem.stalled.countDown()
       while (release.getCount > 0) {
@@ -71,6 +74,9 @@ object StallingFileSystem {
 
   /** A part of the file names to stall on; none when null. */
   @volatile var stallOn: String = _
+
+  /** Stall the driver (a job's abort, its commit), not the tasks. */
+  @volatile var onDriver: Boolean = false
 
   /** Stall as a file is created, not as it is committed. */
   @volatile var atCreate: Boolean = false
@@ -96,6 +102,7 @@ object StallingFileSystem {
       release.countDown()
       stallOn = null
       atCreate = false
+      onDriver = false
       stalled = new CountDownLatch(1)
       interrupted = new CountDownLatch(1)
       release = new CountDownLatch(1)
