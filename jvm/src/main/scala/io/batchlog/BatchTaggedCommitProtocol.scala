@@ -142,12 +142,14 @@ class BatchTaggedCommitProtocol(jobId: String, path: String)
    * Runs `body` to its end on a thread of its own, whatever interrupts the caller meanwhile. A
    * `stop()` cancels the batch's job, then interrupts the query's thread: the interrupt can land as
    * the abort runs, and an interrupted thread fails a lock's timed wait, HDFS's and S3's clients at
-   * once (the lease would outlive `stop()`, a file would stay). The caller's interrupt is kept for
-   * after, so the query's thread ends as Spark expects.
+   * once (the lease would outlive `stop()`, a file would stay). Once interrupted, the caller waits
+   * [[BatchTaggedCommitProtocol.abortGraceMs]] more at most (a store that hangs must not hold
+   * `stop()` for ever); the abort then finishes behind it. The interrupt is kept for after, so the
+   * query's thread ends as Spark expects.
    */
   private def uninterruptibly(body: => Unit): Unit = {
-    var interrupted = Thread.interrupted()
-    var failure: Throwable = null
+    var interruptedAt = if (Thread.interrupted()) System.nanoTime() else 0L
+    @volatile var failure: Throwable = null
     val worker = new Thread(
       () =>
         try body
@@ -156,12 +158,24 @@ class BatchTaggedCommitProtocol(jobId: String, path: String)
     )
     worker.setDaemon(true)
     worker.start()
-    while (worker.isAlive) {
-      try worker.join()
-      catch { case _: InterruptedException => interrupted = true }
+    def waitedOut = interruptedAt != 0L &&
+      System.nanoTime() - interruptedAt >= BatchTaggedCommitProtocol.abortGraceMs * 1000000L
+    while (worker.isAlive && !waitedOut) {
+      try
+        if (interruptedAt == 0L) worker.join()
+        else worker.join(math.max(1L, BatchTaggedCommitProtocol.abortGraceMs))
+      catch {
+        case _: InterruptedException => if (interruptedAt == 0L) interruptedAt = System.nanoTime()
+      }
     }
-    if (interrupted) Thread.currentThread().interrupt()
-    if (failure != null) throw failure
+    if (worker.isAlive) {
+      logWarning(
+        s"The abort of batch $batchId still runs ${BatchTaggedCommitProtocol.abortGraceMs} ms " +
+          s"after the query's thread was interrupted; it finishes in the background ($worker)"
+      )
+    }
+    if (interruptedAt != 0L) Thread.currentThread().interrupt()
+    if (!worker.isAlive && failure != null) throw failure
   }
 
   private def deleteUncommitted(files: Seq[Path]): Unit = files.foreach { p =>
@@ -263,4 +277,13 @@ class BatchTaggedCommitProtocol(jobId: String, path: String)
 
   override def abortTask(taskContext: TaskAttemptContext): Unit =
     if (addedFiles != null) deleteTaskFiles(addedFiles.toSeq, taskContext.getConfiguration)
+}
+
+object BatchTaggedCommitProtocol {
+
+  /**
+   * How long a batch's abort may still hold the query's thread once that thread is interrupted (a
+   * `stop()`): the deletes and the lease's removal take milliseconds, unless the store hangs.
+   */
+  @volatile private[batchlog] var abortGraceMs: Long = 10000L
 }

@@ -21,6 +21,7 @@ import org.apache.spark.scheduler.{
 import org.apache.spark.internal.io.FileNameSpec
 import org.apache.spark.sql.expressions.UserDefinedFunction
 import io.batchlog.testshim.{intStream, MemoryStream}
+import org.scalatest.concurrent.Eventually.{eventually, timeout}
 import org.apache.spark.sql.functions.{col, input_file_name, udf}
 import org.apache.spark.sql.streaming.{StreamingQuery, StreamingQueryException}
 
@@ -162,7 +163,9 @@ class CommitProtocolQuerySuite extends SparkSessionTestBase {
   /** The query's micro-batch thread (Spark names it after the query's run). */
   private def queryThread(q: StreamingQuery): Thread = {
     val runId = q.runId.toString
-    Thread.getAllStackTraces.keySet.asScala.find(_.getName.contains(runId)).get
+    Thread.getAllStackTraces.keySet.asScala
+      .find(t => t.getName.startsWith("stream execution thread") && t.getName.contains(runId))
+      .get
   }
 
   /**
@@ -172,16 +175,23 @@ class CommitProtocolQuerySuite extends SparkSessionTestBase {
    */
   private def successfulTaskOfBatch(batch: Long): CountDownLatch = {
     val done = new CountDownLatch(1)
+    successfulPartition.set(-1)
     spark.sparkContext.addSparkListener(new SparkListener {
       @volatile private var stages = Set.empty[Int]
       override def onJobStart(e: SparkListenerJobStart): Unit =
         if (Option(e.properties).exists(_.getProperty("streaming.sql.batchId") == batch.toString))
           stages ++= e.stageIds
       override def onTaskEnd(e: SparkListenerTaskEnd): Unit =
-        if (stages.contains(e.stageId) && e.reason == Success) done.countDown()
+        if (stages.contains(e.stageId) && e.reason == Success && done.getCount > 0) {
+          successfulPartition.set(e.taskInfo.index)
+          done.countDown()
+        }
     })
     done
   }
+
+  /** The partition of the task [[successfulTaskOfBatch]] saw. */
+  private val successfulPartition = new AtomicInteger(-1)
 
   /**
    * The run `runId` ended: its lease watcher is done, no guard of it is left, and the sink's log
@@ -451,31 +461,49 @@ class CommitProtocolQuerySuite extends SparkSessionTestBase {
   }
 
   test("a task's files reaching the driver after its batch aborted are deleted as they arrive") {
-    withSink("parquet", partitioned = false, interval = 3) { s =>
-      val lease = new File(s.out, "_batchlog/_batchlog-lease.json")
-      val q = s.start()
-      try {
-        (0 to 1).foreach(runBatch(s, q, _))
-        FailureInjection.blockOn = rowsOf(2)(3).toLong
-        s.input.addData(rowsOf(2): _*)
-        assert(
-          FailureInjection.blocked.await(queryTimeout.totalNanos, TimeUnit.NANOSECONDS),
-          "batch 2's task never reached its blocking row"
-        )
-        // The query's thread is interrupted while its batch's job runs (as stop() does after it
-        // asks Spark to cancel the job, which Spark does a moment later): the batch aborts at once
-        // and the query fails, while the job runs on. Its held task then finishes its file.
-        queryThread(q).interrupt()
-        intercept[StreamingQueryException](q.awaitTermination())
-        assert(!lease.exists(), "the aborted run's lease is still there as the query ends")
-        FailureInjection.unblock.countDown()
-      } finally q.stop()
-      awaitNoRunningTasks()
-      assert(dataFilesOf(s, 2).isEmpty, "the late task's file was deleted")
-      assert(BatchLog.forPath(spark, s.out.toString).verify().orphanCount === 0L)
-      checkSink(s, 1)
-      FailureInjection.reset()
-      resumeAndCheck(s, 2)
+    StallingFileSystem.installed(spark.sparkContext.hadoopConfiguration) {
+      withSink("parquet", partitioned = false, interval = 3) { s =>
+        val lease = new File(s.out, "_batchlog/_batchlog-lease.json")
+        val q = s.start()
+        try {
+          (0 to 1).foreach(runBatch(s, q, _))
+          // A task of batch 2 is held; the other one's files reach the driver.
+          FailureInjection.blockOn = rowsOf(2).last.toLong
+          val firstDone = successfulTaskOfBatch(2)
+          s.input.addData(rowsOf(2): _*)
+          assert(
+            FailureInjection.blocked.await(queryTimeout.totalNanos, TimeUnit.NANOSECONDS),
+            "batch 2's task never reached its blocking row"
+          )
+          assert(firstDone.await(queryTimeout.totalNanos, TimeUnit.NANOSECONDS))
+          spark.sparkContext.parallelize(Seq(1), 1).count() // the scheduler handled that task
+          // The query's thread is interrupted while its batch's job runs (as stop() does just
+          // after it asks Spark to cancel the job): the batch aborts at once, while the job runs
+          // on. The abort is held as it deletes the other task's file; the held task goes on, and
+          // its files reach the driver then, after the abort began.
+          StallingFileSystem.onDriver = true
+          StallingFileSystem.stallOn = f"part-${successfulPartition.get}%05d-batch-2-"
+          queryThread(q).interrupt()
+          assert(
+            StallingFileSystem.stalled.await(queryTimeout.totalNanos, TimeUnit.NANOSECONDS),
+            "the abort never reached the other task's file"
+          )
+          FailureInjection.unblock.countDown()
+          awaitNoRunningTasks()
+          StallingFileSystem.release.countDown()
+          intercept[StreamingQueryException](q.awaitTermination(queryTimeout.toMillis))
+          assert(!lease.exists(), "the aborted run's lease is still there as the query ends")
+        } finally {
+          StallingFileSystem.release.countDown()
+          q.stop()
+        }
+        awaitNoRunningTasks()
+        assert(dataFilesOf(s, 2).isEmpty, "the late task's file was deleted")
+        assert(BatchLog.forPath(spark, s.out.toString).verify().orphanCount === 0L)
+        checkSink(s, 1)
+        FailureInjection.reset()
+        resumeAndCheck(s, 2)
+      }
     }
   }
 
@@ -509,6 +537,48 @@ class CommitProtocolQuerySuite extends SparkSessionTestBase {
         }
         awaitNoRunningTasks()
         assert(dataFilesOf(s, 2).isEmpty, "the failed job's files were removed")
+        checkSink(s, 1)
+        FailureInjection.reset()
+        resumeAndCheck(s, 2)
+      }
+    }
+  }
+
+  test("an abort the store holds keeps an interrupted query's thread no longer than its grace") {
+    StallingFileSystem.installed(spark.sparkContext.hadoopConfiguration) {
+      withSink("parquet", partitioned = false, interval = 3) { s =>
+        val grace = BatchTaggedCommitProtocol.abortGraceMs
+        BatchTaggedCommitProtocol.abortGraceMs = 500L
+        val q = s.start()
+        try {
+          (0 to 1).foreach(runBatch(s, q, _))
+          FailureInjection.failOn = rowsOf(2)(2).toLong
+          FailureInjection.firstAttemptOnly = false
+          FailureInjection.lastFailureAfter = successfulTaskOfBatch(2)
+          // The failed batch's abort hangs on the store; the query's thread is interrupted.
+          StallingFileSystem.onDriver = true
+          StallingFileSystem.stallOn = "-batch-2-"
+          s.input.addData(rowsOf(2): _*)
+          assert(
+            StallingFileSystem.stalled.await(queryTimeout.totalNanos, TimeUnit.NANOSECONDS),
+            "the failed batch's abort never reached its files"
+          )
+          queryThread(q).interrupt()
+          val e = intercept[StreamingQueryException](q.awaitTermination(queryTimeout.toMillis))
+          assert(e.getMessage.contains("injected failure on row 202"), e.getMessage)
+          assert(dataFilesOf(s, 2).size === 1, "the abort is still held on the other task's file")
+          // The store lets go: the abort finishes behind the ended query.
+          StallingFileSystem.release.countDown()
+          eventually(timeout(queryTimeout)) {
+            assert(dataFilesOf(s, 2).isEmpty, "the failed job's files were removed")
+            assert(!new File(s.out, "_batchlog/_batchlog-lease.json").exists())
+          }
+        } finally {
+          BatchTaggedCommitProtocol.abortGraceMs = grace
+          StallingFileSystem.release.countDown()
+          q.stop()
+        }
+        awaitNoRunningTasks()
         checkSink(s, 1)
         FailureInjection.reset()
         resumeAndCheck(s, 2)
