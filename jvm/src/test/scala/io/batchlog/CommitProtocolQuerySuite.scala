@@ -160,6 +160,60 @@ class CommitProtocolQuerySuite extends SparkSessionTestBase {
     spark.sparkContext.parallelize(Seq(1), 1).count()
   }
 
+  private def leaseOf(s: Sink): File = new File(s.out, "_batchlog/_batchlog-lease.json")
+
+  /**
+   * A query on a fresh sink (no partitions) with [[StallingFileSystem]] installed writes batches
+   * 0-1; `body` then breaks batch 2. After it, and once every task ended, batch 2 must have left
+   * nothing ([[assertBatchLeftNothing]]).
+   */
+  private def onBatch2(fmt: String, leftNothing: String)(
+      body: (Sink, StreamingQuery) => Unit
+  ): Unit =
+    StallingFileSystem.installed(spark.sparkContext.hadoopConfiguration) {
+      withSink(fmt, partitioned = false, interval = 3) { s =>
+        val q = s.start()
+        try {
+          (0 to 1).foreach(runBatch(s, q, _))
+          body(s, q)
+        } finally {
+          StallingFileSystem.release.countDown()
+          q.stop()
+        }
+        assertBatchLeftNothing(s, 2, leftNothing)
+      }
+    }
+
+  /**
+   * Batch `batch`'s job fails (its other task succeeded first, its files on the driver); its abort
+   * is then held by the store (StallingFileSystem, installed) as it deletes that task's file.
+   */
+  private def failBatchWithAbortHeld(s: Sink, batch: Int): Unit = {
+    FailureInjection.failOn = rowsOf(batch)(2).toLong
+    FailureInjection.firstAttemptOnly = false
+    FailureInjection.lastFailureAfter = successfulTaskOfBatch(batch)
+    StallingFileSystem.onDriver = true
+    StallingFileSystem.stallOn = s"-batch-$batch-"
+    s.input.addData(rowsOf(batch): _*)
+    assert(
+      StallingFileSystem.stalled.await(queryTimeout.totalNanos, TimeUnit.NANOSECONDS),
+      s"the failed batch $batch's abort never reached its files"
+    )
+  }
+
+  /**
+   * Once every task ended: no file of batch `batch` is left (`what`), `verify` finds no orphan,
+   * plain Spark reads exactly the batches before it, and a restart writes it once.
+   */
+  private def assertBatchLeftNothing(s: Sink, batch: Int, what: String): Unit = {
+    awaitNoRunningTasks()
+    assert(dataFilesOf(s, batch).isEmpty, what)
+    assert(BatchLog.forPath(spark, s.out.toString).verify().orphanCount === 0L)
+    checkSink(s, batch - 1)
+    FailureInjection.reset()
+    resumeAndCheck(s, batch)
+  }
+
   /** The query's micro-batch thread (Spark names it after the query's run). */
   private def queryThread(q: StreamingQuery): Thread = {
     val runId = q.runId.toString
@@ -395,195 +449,105 @@ class CommitProtocolQuerySuite extends SparkSessionTestBase {
     ("as its writer opens its file", "parquet", true)
   ).foreach { case (moment, fmt, atCreate) =>
     test(s"a task killed $moment deletes it: a stopped batch leaves no file ($fmt)") {
-      StallingFileSystem.installed(spark.sparkContext.hadoopConfiguration) {
-        withSink(fmt, partitioned = false, interval = 3) { s =>
-          val lease = new File(s.out, "_batchlog/_batchlog-lease.json")
-          val q = s.start()
-          try {
-            (0 to 1).foreach(runBatch(s, q, _))
-            // A task of batch 2 is held with its file on disk as the query stops: Spark marks it
-            // killed and interrupts it. Past its commit, Spark would report it killed, its file
-            // kept; as it opens its file, the open fails (Spark 3.5 calls no abortTask there).
-            StallingFileSystem.atCreate = atCreate
-            StallingFileSystem.stallOn = "-batch-2-"
-            s.input.addData(rowsOf(2): _*)
-            assert(
-              StallingFileSystem.stalled.await(queryTimeout.totalNanos, TimeUnit.NANOSECONDS),
-              s"no task of batch 2 was held $moment"
-            )
-            q.stop()
-            assert(!lease.exists(), "the stopped run's lease is still there as stop() returns")
-            assert(
-              StallingFileSystem.interrupted.await(queryTimeout.totalNanos, TimeUnit.NANOSECONDS),
-              "the held task was never interrupted"
-            )
-          } finally {
-            StallingFileSystem.release.countDown()
-            q.stop()
-          }
-          awaitNoRunningTasks()
-          val left = dataFilesOf(s, 2)
-          assert(left.isEmpty, "the killed tasks' files were deleted")
-          assert(BatchLog.forPath(spark, s.out.toString).verify().orphanCount === 0L)
-          checkSink(s, 1)
-          resumeAndCheck(s, 2)
-        }
+      onBatch2(fmt, "the killed tasks' files were deleted") { (s, q) =>
+        // A task of batch 2 is held with its file on disk as the query stops: Spark marks it
+        // killed and interrupts it. Past its commit, Spark would report it killed, its file
+        // kept; as it opens its file, the open fails (Spark 3.5 calls no abortTask there).
+        StallingFileSystem.atCreate = atCreate
+        StallingFileSystem.stallOn = "-batch-2-"
+        s.input.addData(rowsOf(2): _*)
+        assert(
+          StallingFileSystem.stalled.await(queryTimeout.totalNanos, TimeUnit.NANOSECONDS),
+          s"no task of batch 2 was held $moment"
+        )
+        q.stop()
+        assert(!leaseOf(s).exists(), "the stopped run's lease is still there as stop() returns")
+        assert(
+          StallingFileSystem.interrupted.await(queryTimeout.totalNanos, TimeUnit.NANOSECONDS),
+          "the held task was never interrupted"
+        )
       }
     }
   }
 
   test("a task killed after its commit, as it completes, deletes its file") {
-    withSink("json", partitioned = false, interval = 3) { s =>
-      val lease = new File(s.out, "_batchlog/_batchlog-lease.json")
-      val q = s.start()
-      try {
-        (0 to 1).foreach(runBatch(s, q, _))
-        // Both tasks of batch 2 committed their files and wait in their completion as the query
-        // stops: Spark's executor reports them killed, and drops what they committed.
-        FailureInjection.holdFrom = rowsOf(2).head.toLong
-        FailureInjection.holdUntil = rowsOf(2).last.toLong + 1
-        s.input.addData(rowsOf(2): _*)
-        assert(
-          FailureInjection.completing.await(queryTimeout.totalNanos, TimeUnit.NANOSECONDS),
-          "the tasks of batch 2 never completed"
-        )
-        assert(dataFilesOf(s, 2).size === 2, "each task committed its file")
-        q.stop()
-        assert(!lease.exists(), "the stopped run's lease is still there as stop() returns")
-      } finally q.stop()
-      awaitNoRunningTasks()
-      assert(dataFilesOf(s, 2).isEmpty, "the killed tasks' files were deleted")
-      assert(BatchLog.forPath(spark, s.out.toString).verify().orphanCount === 0L)
-      checkSink(s, 1)
-      FailureInjection.reset()
-      resumeAndCheck(s, 2)
+    onBatch2("json", "the killed tasks' files were deleted") { (s, q) =>
+      // Both tasks of batch 2 committed their files and wait in their completion as the query
+      // stops: Spark's executor reports them killed, and drops what they committed.
+      FailureInjection.holdFrom = rowsOf(2).head.toLong
+      FailureInjection.holdUntil = rowsOf(2).last.toLong + 1
+      s.input.addData(rowsOf(2): _*)
+      assert(
+        FailureInjection.completing.await(queryTimeout.totalNanos, TimeUnit.NANOSECONDS),
+        "the tasks of batch 2 never completed"
+      )
+      assert(dataFilesOf(s, 2).size === 2, "each task committed its file")
+      q.stop()
+      assert(!leaseOf(s).exists(), "the stopped run's lease is still there as stop() returns")
     }
   }
 
   test("a task's files reaching the driver after its batch aborted are deleted as they arrive") {
-    StallingFileSystem.installed(spark.sparkContext.hadoopConfiguration) {
-      withSink("parquet", partitioned = false, interval = 3) { s =>
-        val lease = new File(s.out, "_batchlog/_batchlog-lease.json")
-        val q = s.start()
-        try {
-          (0 to 1).foreach(runBatch(s, q, _))
-          // A task of batch 2 is held; the other one's files reach the driver.
-          FailureInjection.blockOn = rowsOf(2).last.toLong
-          val firstDone = successfulTaskOfBatch(2)
-          s.input.addData(rowsOf(2): _*)
-          assert(
-            FailureInjection.blocked.await(queryTimeout.totalNanos, TimeUnit.NANOSECONDS),
-            "batch 2's task never reached its blocking row"
-          )
-          assert(firstDone.await(queryTimeout.totalNanos, TimeUnit.NANOSECONDS))
-          spark.sparkContext.parallelize(Seq(1), 1).count() // the scheduler handled that task
-          // The query's thread is interrupted while its batch's job runs (as stop() does just
-          // after it asks Spark to cancel the job): the batch aborts at once, while the job runs
-          // on. The abort is held as it deletes the other task's file; the held task goes on, and
-          // its files reach the driver then, after the abort began.
-          StallingFileSystem.onDriver = true
-          StallingFileSystem.stallOn = f"part-${successfulPartition.get}%05d-batch-2-"
-          queryThread(q).interrupt()
-          assert(
-            StallingFileSystem.stalled.await(queryTimeout.totalNanos, TimeUnit.NANOSECONDS),
-            "the abort never reached the other task's file"
-          )
-          FailureInjection.unblock.countDown()
-          awaitNoRunningTasks()
-          StallingFileSystem.release.countDown()
-          intercept[StreamingQueryException](q.awaitTermination(queryTimeout.toMillis))
-          assert(!lease.exists(), "the aborted run's lease is still there as the query ends")
-        } finally {
-          StallingFileSystem.release.countDown()
-          q.stop()
-        }
-        awaitNoRunningTasks()
-        assert(dataFilesOf(s, 2).isEmpty, "the late task's file was deleted")
-        assert(BatchLog.forPath(spark, s.out.toString).verify().orphanCount === 0L)
-        checkSink(s, 1)
-        FailureInjection.reset()
-        resumeAndCheck(s, 2)
-      }
+    onBatch2("parquet", "the late task's file was deleted") { (s, q) =>
+      // A task of batch 2 is held; the other one's files reach the driver.
+      FailureInjection.blockOn = rowsOf(2).last.toLong
+      val firstDone = successfulTaskOfBatch(2)
+      s.input.addData(rowsOf(2): _*)
+      assert(
+        FailureInjection.blocked.await(queryTimeout.totalNanos, TimeUnit.NANOSECONDS),
+        "batch 2's task never reached its blocking row"
+      )
+      assert(firstDone.await(queryTimeout.totalNanos, TimeUnit.NANOSECONDS))
+      spark.sparkContext.parallelize(Seq(1), 1).count() // the scheduler handled that task
+      // The query's thread is interrupted while its batch's job runs (as stop() does just after
+      // it asks Spark to cancel the job): the batch aborts at once, while the job runs on. The
+      // abort is held as it deletes the other task's file; the held task goes on, and its files
+      // reach the driver then, after the abort began.
+      StallingFileSystem.onDriver = true
+      StallingFileSystem.stallOn = f"part-${successfulPartition.get}%05d-batch-2-"
+      queryThread(q).interrupt()
+      assert(
+        StallingFileSystem.stalled.await(queryTimeout.totalNanos, TimeUnit.NANOSECONDS),
+        "the abort never reached the other task's file"
+      )
+      FailureInjection.unblock.countDown()
+      awaitNoRunningTasks()
+      StallingFileSystem.release.countDown()
+      intercept[StreamingQueryException](q.awaitTermination(queryTimeout.toMillis))
+      assert(!leaseOf(s).exists(), "the aborted run's lease is still there as the query ends")
     }
   }
 
   test("an interrupt landing as a failed batch aborts: the abort ends, the failure is kept") {
-    StallingFileSystem.installed(spark.sparkContext.hadoopConfiguration) {
-      withSink("parquet", partitioned = false, interval = 3) { s =>
-        val lease = new File(s.out, "_batchlog/_batchlog-lease.json")
-        val q = s.start()
-        try {
-          (0 to 1).foreach(runBatch(s, q, _))
-          FailureInjection.failOn = rowsOf(2)(2).toLong
-          FailureInjection.firstAttemptOnly = false
-          FailureInjection.lastFailureAfter = successfulTaskOfBatch(2)
-          // The batch's job fails; its abort is held as it deletes the other task's file, and
-          // the query's thread is interrupted then, as a stop() landing just after the failure.
-          StallingFileSystem.onDriver = true
-          StallingFileSystem.stallOn = "-batch-2-"
-          s.input.addData(rowsOf(2): _*)
-          assert(
-            StallingFileSystem.stalled.await(queryTimeout.totalNanos, TimeUnit.NANOSECONDS),
-            "the failed batch's abort never reached its files"
-          )
-          queryThread(q).interrupt()
-          StallingFileSystem.release.countDown()
-          val e = intercept[StreamingQueryException](q.awaitTermination())
-          assert(e.getMessage.contains("injected failure on row 202"), e.getMessage)
-          assert(!lease.exists(), "the failed run's lease is still there as its failure is raised")
-        } finally {
-          StallingFileSystem.release.countDown()
-          q.stop()
-        }
-        awaitNoRunningTasks()
-        assert(dataFilesOf(s, 2).isEmpty, "the failed job's files were removed")
-        checkSink(s, 1)
-        FailureInjection.reset()
-        resumeAndCheck(s, 2)
-      }
+    onBatch2("parquet", "the failed job's files were removed") { (s, q) =>
+      // The query's thread is interrupted as the abort runs: a stop() just after the failure.
+      failBatchWithAbortHeld(s, 2)
+      queryThread(q).interrupt()
+      StallingFileSystem.release.countDown()
+      val e = intercept[StreamingQueryException](q.awaitTermination())
+      assert(e.getMessage.contains("injected failure on row 202"), e.getMessage)
+      assert(!leaseOf(s).exists(), "the failed run's lease is still there as its failure is raised")
     }
   }
 
   test("an abort the store holds keeps an interrupted query's thread no longer than its grace") {
-    StallingFileSystem.installed(spark.sparkContext.hadoopConfiguration) {
-      withSink("parquet", partitioned = false, interval = 3) { s =>
-        val grace = BatchTaggedCommitProtocol.abortGraceMs
-        BatchTaggedCommitProtocol.abortGraceMs = 500L
-        val q = s.start()
-        try {
-          (0 to 1).foreach(runBatch(s, q, _))
-          FailureInjection.failOn = rowsOf(2)(2).toLong
-          FailureInjection.firstAttemptOnly = false
-          FailureInjection.lastFailureAfter = successfulTaskOfBatch(2)
-          // The failed batch's abort hangs on the store; the query's thread is interrupted.
-          StallingFileSystem.onDriver = true
-          StallingFileSystem.stallOn = "-batch-2-"
-          s.input.addData(rowsOf(2): _*)
-          assert(
-            StallingFileSystem.stalled.await(queryTimeout.totalNanos, TimeUnit.NANOSECONDS),
-            "the failed batch's abort never reached its files"
-          )
-          queryThread(q).interrupt()
-          val e = intercept[StreamingQueryException](q.awaitTermination(queryTimeout.toMillis))
-          assert(e.getMessage.contains("injected failure on row 202"), e.getMessage)
-          assert(dataFilesOf(s, 2).size === 1, "the abort is still held on the other task's file")
-          // The store lets go: the abort finishes behind the ended query.
-          StallingFileSystem.release.countDown()
-          eventually(timeout(queryTimeout)) {
-            assert(dataFilesOf(s, 2).isEmpty, "the failed job's files were removed")
-            assert(!new File(s.out, "_batchlog/_batchlog-lease.json").exists())
-          }
-        } finally {
-          BatchTaggedCommitProtocol.abortGraceMs = grace
-          StallingFileSystem.release.countDown()
-          q.stop()
+    val grace = BatchTaggedCommitProtocol.abortGraceMs
+    BatchTaggedCommitProtocol.abortGraceMs = 500L
+    try onBatch2("parquet", "the failed job's files were removed") { (s, q) =>
+        // The abort hangs on the store; the query's thread is interrupted.
+        failBatchWithAbortHeld(s, 2)
+        queryThread(q).interrupt()
+        val e = intercept[StreamingQueryException](q.awaitTermination(queryTimeout.toMillis))
+        assert(e.getMessage.contains("injected failure on row 202"), e.getMessage)
+        assert(dataFilesOf(s, 2).size === 1, "the abort is still held on the other task's file")
+        // The store lets go: the abort finishes behind the ended query.
+        StallingFileSystem.release.countDown()
+        eventually(timeout(queryTimeout)) {
+          assert(dataFilesOf(s, 2).isEmpty, "the failed job's files were removed")
+          assert(!leaseOf(s).exists())
         }
-        awaitNoRunningTasks()
-        checkSink(s, 1)
-        FailureInjection.reset()
-        resumeAndCheck(s, 2)
       }
-    }
+    finally BatchTaggedCommitProtocol.abortGraceMs = grace
   }
 
   test("a batch whose job fails is not logged; after a restart its rows are written once") {
