@@ -212,8 +212,10 @@ class BatchTaggedCommitProtocol(jobId: String, path: String)
    * writer opens its first file (Spark 3.5 opens it before that loop: a kill there left the file),
    * nor for one after the commit. And a task killed after its commit returned (as its completion
    * listeners run) is reported killed by Spark's executor, its commit message dropped. So: a failed
-   * task deletes its files, and a task that completes killed deletes them too; the executor reports
-   * a task killed if and only if it was marked so by then, and the mark is never cleared.
+   * task deletes its files, and a task that completes killed deletes them too (the mark is never
+   * cleared, so the executor reports it killed). A kill landing after the last completion listener,
+   * before the executor's own check, still leaves the file: an orphan, as a task result Spark
+   * drops.
    */
   override def setupTask(taskContext: TaskAttemptContext): Unit = {
     val added = new ArrayBuffer[String]
