@@ -383,6 +383,14 @@ def test_a_second_query_on_the_sink_is_refused_until_it_takes_the_sink_over(
 # ---- a lease removal that lands after another driver took the sink over -------------------
 
 
+def lease_refreshes(lease: Path) -> int:
+    """The refresh count of the writer lease ``lease``; -1 while it is being replaced."""
+    try:
+        return int(json.loads(lease.read_text())["refreshes"])
+    except (FileNotFoundError, ValueError):
+        return -1
+
+
 def lease_watcher_saw_the_loss(spark: SparkSession, run_id: str) -> bool:
     """The lease watcher of run ``run_id`` (thread ``batchlog-writer-lease-<run id>`` of this
     session's JVM) found its lease lost: it stopped refreshing and only waits for the query's
@@ -413,6 +421,10 @@ def test_a_late_lease_removal_by_another_driver_stops_its_next_batch_loudly(
         "spark.batchlog.writer.leaseTimeout": "4s",
         "spark.batchlog.writer.fenceWait": "60s",
     }
+    # B refreshes every 5 s (a 20 s lease), and A's delete is released just after one of B's
+    # refreshes: it lands between two of them. Landing between B's check of its lease and that
+    # check's refresh, it would be undone by the refresh (no harm: B is still the only writer).
+    b_timeouts = {**timeouts, "spark.batchlog.writer.leaseTimeout": "20s"}
     fault = {
         **timeouts,
         "spark.hadoop.spark.sql.streaming.checkpointFileManagerClass": FAULT_MANAGER,
@@ -433,16 +445,18 @@ def test_a_late_lease_removal_by_another_driver_stops_its_next_batch_loudly(
     assert json.loads(lease.read_text())["queryId"] == query_id(a.chk)  # A's, its delete held
 
     write_input(a.inp, 1, 1, ROWS)
-    with sql_conf(spark, **SINK_CONFS, **timeouts):  # for the whole run: read at every batch
+    with sql_conf(spark, **SINK_CONFS, **b_timeouts):  # for the whole run: read at every batch
         q = start_stream(spark, a.inp, a.out, a.chk, every="200 milliseconds")
         try:
             assert poll(lambda: (a.chk / "commits" / "1").exists() and latest(a.out) == 1, WAIT_S)
-            assert json.loads(lease.read_text())["runId"] == str(q.runId)
-            held.touch()  # A's delete lands, on B's lease
+            taken = json.loads(lease.read_text())
+            assert taken["runId"] == str(q.runId)
+            assert poll(lambda: lease_refreshes(lease) > taken["refreshes"], WAIT_S)
+            held.touch()  # A's delete lands, on B's lease, seconds before B's next refresh
             assert poll(lambda: "going on (true)" in a.output(), WAIT_S), a.output()[-5000:]
             assert poll(lambda: not lease.exists(), WAIT_S)
-            # B checks its lease at each refresh (every second here), not at each commit: a batch
-            # in the second after the removal still commits (nobody else writes: a rewind or a
+            # B checks its lease at each refresh (every 5 s here), not at each commit: a batch
+            # in the seconds after the removal still commits (nobody else writes: a rewind or a
             # takeover bumps the epoch first). Once B's lease watcher has seen the removal, the
             # next batch is refused.
             wait_until(

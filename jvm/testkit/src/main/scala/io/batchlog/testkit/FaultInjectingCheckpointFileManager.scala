@@ -80,10 +80,10 @@ object FaultInjectingCheckpointFileManager {
   val Actions: Set[String] = Set("fail", "stall", "await", "halt", "call")
 
   /**
-   * What the `call` action runs, with the path of the call, before the call goes on: another
-   * writer's step, set by a test in this JVM, to interleave it at an exact point.
+   * What the `call` action runs, with the operation and the path of the call, before the call goes
+   * on: another writer's step, set by a test in this JVM, to interleave it at an exact point.
    */
-  @volatile var callback: Path => Unit = (_: Path) => ()
+  @volatile var callback: (String, Path) => Unit = (_, _) => ()
 
   /** Exit status of a `halt` (as a SIGKILL'd process reports it). */
   val HaltStatus: Int = TestkitConf.HaltStatus
@@ -94,7 +94,7 @@ object FaultInjectingCheckpointFileManager {
   def reset(): Unit = counters.clear()
 
   final private case class Fault(
-      op: String,
+      ops: Set[String],
       pathRegex: String,
       action: String,
       nth: Long,
@@ -104,13 +104,16 @@ object FaultInjectingCheckpointFileManager {
   ) {
     private val regex = pathRegex.r
     private val counter =
-      counters.computeIfAbsent(s"$op|$pathRegex|$action|$nth|$times", _ => new AtomicLong())
+      counters.computeIfAbsent(
+        s"${ops.toSeq.sorted.mkString(",")}|$pathRegex|$action|$nth|$times",
+        _ => new AtomicLong()
+      )
 
     def maybeFire(calledOp: String, p: Path): Unit = {
-      if (calledOp != op || regex.findFirstIn(p.toString).isEmpty) return
+      if (!ops(calledOp) || regex.findFirstIn(p.toString).isEmpty) return
       val n = counter.incrementAndGet()
       if (n < nth || n - nth >= times) return
-      val what = s"$action at call $n of $op($p)"
+      val what = s"$action at call $n of $calledOp($p)"
       action match {
         case "fail" => throw new IOException(s"Injected fault: $what")
         case "stall" =>
@@ -126,7 +129,7 @@ object FaultInjectingCheckpointFileManager {
           val deadline = System.currentTimeMillis() + stallMs
           while (!file.exists() && System.currentTimeMillis() < deadline) Thread.sleep(20)
           System.err.println(s"[batchlog-fault] going on (${file.exists()}): $what")
-        case "call" => callback(p)
+        case "call" => callback(calledOp, p)
         case "halt" =>
           System.err.println(s"[batchlog-fault] halting the JVM: $what")
           System.err.flush()
@@ -137,15 +140,20 @@ object FaultInjectingCheckpointFileManager {
 
   private object Fault {
     def fromConf(conf: Configuration): Option[Fault] =
-      Option(conf.get(TestkitConf.FaultOpKey)).map(_.trim).filter(_.nonEmpty).map { op =>
-        require(Ops(op), s"${TestkitConf.FaultOpKey}=$op: expected one of ${Ops.mkString("|")}")
+      Option(conf.get(TestkitConf.FaultOpKey)).map(_.trim).filter(_.nonEmpty).map { value =>
+        val ops = value.split(",").map(_.trim).toSet
+        require(
+          ops.forall(Ops),
+          s"${TestkitConf.FaultOpKey}=$value: expected one or more of ${Ops.mkString("|")}, " +
+            "separated by commas"
+        )
         val action = conf.get(TestkitConf.FaultActionKey, "fail").trim
         require(
           Actions(action),
           s"${TestkitConf.FaultActionKey}=$action: expected one of ${Actions.mkString("|")}"
         )
         Fault(
-          op,
+          ops,
           conf.get(TestkitConf.FaultPathRegexKey, ".*"),
           action,
           conf.getLong(TestkitConf.FaultNthKey, 1L),

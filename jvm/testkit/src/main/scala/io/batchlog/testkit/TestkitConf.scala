@@ -19,7 +19,8 @@ object TestkitConf {
 
   /**
    * The operation that faults: `createAtomic`, `rename` (closing an atomic stream publishes the
-   * file), `delete`, `open`, `list`, `exists`, `mkdirs`. Unset: no fault.
+   * file), `delete`, `open`, `list`, `exists`, `mkdirs`; or several, separated by commas (their
+   * calls counted together). Unset: no fault.
    */
   val FaultOpKey = "spark.batchlog.test.fault.op"
 

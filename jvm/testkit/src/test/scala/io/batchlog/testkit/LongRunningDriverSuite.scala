@@ -197,7 +197,7 @@ class LongRunningDriverSuite extends SparkSessionTestBase {
       // then its blocks), however many lookups it answers, and the answers are the whole log's.
       val opens = new java.util.concurrent.atomic.AtomicInteger()
       FaultInjectingCheckpointFileManager.reset()
-      FaultInjectingCheckpointFileManager.callback = (_: Path) => opens.incrementAndGet()
+      FaultInjectingCheckpointFileManager.callback = (_, _) => opens.incrementAndGet()
       try
         withSQLConf(
           TestkitConf.CheckpointFileManagerClassKey -> FaultManager,
@@ -235,7 +235,7 @@ class LongRunningDriverSuite extends SparkSessionTestBase {
           assert(opens.get <= 2 * perReader + 1)
           assert(pathsOf(reader, 6) == Array.tabulate(2)(entry(6, _).path).toSet)
         }
-      finally FaultInjectingCheckpointFileManager.callback = (_: Path) => ()
+      finally FaultInjectingCheckpointFileManager.callback = (_, _) => ()
     }
   }
 }

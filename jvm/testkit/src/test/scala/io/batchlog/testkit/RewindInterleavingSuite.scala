@@ -29,7 +29,7 @@ class RewindInterleavingSuite extends SparkSessionTestBase with RewindFixture {
         FaultInjectingCheckpointFileManager.reset()
         // The writer's commit of batch 8, run just before the rewind writes the bumped record.
         FaultInjectingCheckpointFileManager.callback =
-          _ => assert(ours(fx.meta).add(8L, Array(namedEntry(8L, 0))))
+          (_, _) => assert(ours(fx.meta).add(8L, Array(namedEntry(8L, 0))))
         val e =
           try withSQLConf(
               TestkitConf.CheckpointFileManagerClassKey ->
@@ -41,7 +41,7 @@ class RewindInterleavingSuite extends SparkSessionTestBase with RewindFixture {
             ) {
               intercept[BatchLogException](Rewind.apply(spark, plan, quiet = true))
             }
-          finally FaultInjectingCheckpointFileManager.callback = (_: Path) => ()
+          finally FaultInjectingCheckpointFileManager.callback = (_, _) => ()
         assert(e.code == BatchLogException.SinkChangedWhileWriting)
         assert(e.getMessage.contains("its latest batch is now 8, the rewind was planned with 7"))
         assert(e.getMessage.contains("Nothing was deleted"))
@@ -69,7 +69,7 @@ class RewindInterleavingSuite extends SparkSessionTestBase with RewindFixture {
 
   private def withFaultCall[A](op: String, pathRegex: String)(call: Path => Unit)(body: => A): A = {
     FaultInjectingCheckpointFileManager.reset()
-    FaultInjectingCheckpointFileManager.callback = call
+    FaultInjectingCheckpointFileManager.callback = (_, p) => call(p)
     try withSQLConf(
         TestkitConf.CheckpointFileManagerClassKey ->
           classOf[FaultInjectingCheckpointFileManager].getName,
@@ -78,7 +78,7 @@ class RewindInterleavingSuite extends SparkSessionTestBase with RewindFixture {
         TestkitConf.FaultActionKey -> "call",
         TestkitConf.FaultTimesKey -> "1"
       )(body)
-    finally FaultInjectingCheckpointFileManager.callback = (_: Path) => ()
+    finally FaultInjectingCheckpointFileManager.callback = (_, _) => ()
   }
 
   test("a zombie's publish during a takeover loses to its claim of the next log id") {

@@ -85,7 +85,7 @@ class WriterFencingSuite extends SparkSessionTestBase with RewindFixture {
     finally {
       TaskHook.onRow = (_: Long) => ()
       AfterFence.run = () => ()
-      FaultInjectingCheckpointFileManager.callback = (_: Path) => ()
+      FaultInjectingCheckpointFileManager.callback = (_, _) => ()
     }
   }
 
@@ -105,7 +105,7 @@ class WriterFencingSuite extends SparkSessionTestBase with RewindFixture {
   private def withHungRefresh(s: Sink, clock: ManualClock)(
       body: (StreamingQuery, CountDownLatch, CountDownLatch) => Unit
   ): Unit = {
-    val hang = new HangOnce
+    val hang = new HangOnce("createAtomic")
     try Clock.using(clock) {
         withSQLConf(callOnLeaseWrites(leaseTimeout = "4s"): _*) {
           withQuery(s.start()) { q =>
@@ -120,17 +120,19 @@ class WriterFencingSuite extends SparkSessionTestBase with RewindFixture {
   }
 
   /**
-   * Makes the fault-injecting manager's callback hang the first call after `armed` is set (a hung
-   * request) until `release` is counted down, or 120 s pass; `stalled` says it hangs.
+   * Makes the fault-injecting manager's callback hang the first call of `op` after `armed` is set
+   * (a hung request) until `release` is counted down, or 120 s pass; `stalled` says it hangs. Every
+   * other call runs `otherwise`.
    */
-  final private class HangOnce {
+  final private class HangOnce(op: String) {
     val stalled = new CountDownLatch(1)
     val release = new CountDownLatch(1)
     val armed = new java.util.concurrent.atomic.AtomicBoolean(false)
-    FaultInjectingCheckpointFileManager.callback = { _ =>
-      if (armed.get && stalled.getCount > 0) {
+    @volatile var otherwise: (String, Path) => Unit = (_, _) => ()
+    FaultInjectingCheckpointFileManager.callback = { (called, p) =>
+      if (called == op && armed.get && stalled.getCount > 0) {
         stalled.countDown(); release.await(120, TimeUnit.SECONDS)
-      }
+      } else otherwise(called, p)
     }
   }
 
@@ -141,7 +143,7 @@ class WriterFencingSuite extends SparkSessionTestBase with RewindFixture {
         val refreshFailed = new CountDownLatch(1)
         val armed = new java.util.concurrent.atomic.AtomicBoolean(false)
         // once armed (batch 0 committed), the keeper's next refresh fails
-        FaultInjectingCheckpointFileManager.callback = { p =>
+        FaultInjectingCheckpointFileManager.callback = { (_, p) =>
           if (armed.get && refreshFailed.getCount > 0) {
             refreshFailed.countDown()
             throw new java.io.IOException(s"injected: the store refuses $p")
@@ -277,12 +279,12 @@ class WriterFencingSuite extends SparkSessionTestBase with RewindFixture {
    * ends; batch 1's rows are given before. `body` gets the ended run's id. Then plain Spark must
    * read batches 0 to 2, each row once.
    */
-  private def withHungRemoval(body: (Sink, String, CountDownLatch) => Unit): Unit =
+  private def withHungRemoval(body: (Sink, String, HangOnce) => Unit): Unit =
     withHooks {
       withTempDir { root =>
         val s = Sink(root)
-        val hang = new HangOnce
-        try withSQLConf(callOnLease("delete", leaseTimeout = "4s"): _*) {
+        val hang = new HangOnce("delete")
+        try withSQLConf(callOnLease("delete,open", leaseTimeout = "4s"): _*) {
             val ended = withQuery(s.start()) { q =>
               s.input.addData(rowsOf(0): _*)
               processAll(q)
@@ -291,7 +293,7 @@ class WriterFencingSuite extends SparkSessionTestBase with RewindFixture {
             }
             await(hang.stalled, "the ended run's removal of its lease")
             s.input.addData(rowsOf(1): _*)
-            body(s, ended, hang.release)
+            body(s, ended, hang)
           }
         finally hang.release.countDown()
         val rows = spark.read.parquet(s.out.toString).collect().map(_.getLong(0)).toSeq.sorted
@@ -313,12 +315,12 @@ class WriterFencingSuite extends SparkSessionTestBase with RewindFixture {
     // Without the wait, the restarted run took the lease while the ended run's watcher was between
     // its check (the lease is its own) and its delete; the delete then removed the new run's lease
     // and the new run stopped at its next batch.
-    withHungRemoval { (s, ended, release) =>
+    withHungRemoval { (s, ended, hang) =>
       withQuery(s.start()) { q =>
         Thread.sleep(2000) // the restart's batch 1 waits (up to the 4 s lease timeout)
         assert(leaseOf(s).exists(_.runId == ended), "the restart took the lease")
         assert(ours(new File(s.out, "_spark_metadata")).getLatestBatchId().contains(0L))
-        release.countDown() // the ended run's delete lands: then the restart takes the lease
+        hang.release.countDown() // the ended run's delete lands: then the restart takes the lease
         processAll(q)
         awaitLeaseOf(s, q.runId.toString)
         Thread.sleep(2500) // more than two refresh intervals (1 s): the lease stays its own
@@ -330,13 +332,31 @@ class WriterFencingSuite extends SparkSessionTestBase with RewindFixture {
   }
 
   test("a removal that hangs past the restart's wait and lands later stops the restart, loudly") {
-    withHungRemoval { (s, _, release) =>
+    withHungRemoval { (s, _, hang) =>
       withQuery(s.start()) { q =>
         processAll(q) // waited 4 s for the hung delete, then took the lease: batch 1 commits
         awaitLeaseOf(s, q.runId.toString)
-        release.countDown() // the ended run's delete lands over the restart's lease
-        eventually("the late removal")(leaseOf(s).isEmpty) // the refreshes are over
-        Thread.sleep(2500) // more than two refresh intervals (1 s)
+        // The delete lands between two refreshes: the keeper is held before its next check of the
+        // lease. (Landing between a check and its refresh, it is undone by the refresh, which
+        // writes the lease again: harmless, as the run is still the only writer.)
+        val keeper = s"batchlog-writer-lease-${q.runId}"
+        val held = new CountDownLatch(1)
+        val goOn = new CountDownLatch(1)
+        hang.otherwise = (op, _) =>
+          if (op == "open" && Thread.currentThread.getName == keeper && held.getCount > 0) {
+            held.countDown(); goOn.await(60, TimeUnit.SECONDS)
+          }
+        await(held, "the keeper's next check of the lease")
+        hang.release.countDown() // the ended run's delete lands over the restart's lease
+        eventually("the late removal")(leaseOf(s).isEmpty)
+        goOn.countDown()
+        // the keeper finds no lease and stops refreshing: it only waits for the query's thread
+        val keeperThread = Thread.getAllStackTraces.keySet.toArray(Array.empty[Thread])
+          .find(_.getName == keeper)
+        assert(keeperThread.isDefined, s"no thread $keeper")
+        eventually("the keeper to stop refreshing")(
+          keeperThread.get.getState == Thread.State.WAITING
+        )
         val m = failedBatch(s, q, 2)
         assert(m.contains("This query no longer holds its writer lease on"), m)
         assert(m.contains("was removed by another process"), m)
@@ -428,7 +448,7 @@ class WriterFencingSuite extends SparkSessionTestBase with RewindFixture {
         val meta = new Path(new File(s.out, "_spark_metadata").toURI)
         // as the writer claims the new sink (its record's version 1), another process claims it
         // first: a takeover by another query, with its epoch bump
-        FaultInjectingCheckpointFileManager.callback = { _ =>
+        FaultInjectingCheckpointFileManager.callback = { (_, _) =>
           val fm = ours(new File(meta.toUri)).checkpointFileManager
           WriterFence.bumpEpoch(fm, meta)(_ => SinkRecord.first("other-query", 0L, 10, 1L))
         }
