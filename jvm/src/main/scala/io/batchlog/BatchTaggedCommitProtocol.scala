@@ -134,7 +134,7 @@ class BatchTaggedCommitProtocol(jobId: String, path: String)
       if (pendingCommitFiles != null) pendingCommitFiles.clear()
       files
     }
-    try deleteUncommitted(pending)
+    try deleteFiles(pending, jobConf, s"aborted batch $batchId")
     finally if (guard != null) guard.abortRun()
   }
 
@@ -178,14 +178,24 @@ class BatchTaggedCommitProtocol(jobId: String, path: String)
     if (!worker.isAlive && failure != null) throw failure
   }
 
-  private def deleteUncommitted(files: Seq[Path]): Unit = files.foreach { p =>
-    try {
-      val fs = p.getFileSystem(jobConf)
-      if (fs.exists(p)) fs.delete(p, false)
-    } catch {
-      case e: IOException => logWarning(s"Failed to remove $p of aborted batch $batchId", e)
+  /**
+   * Deletes `files`, which no log will name (`whose`: for the warning), on the driver or in a task.
+   * Most of these deletes come with a `stop()` or a task kill, which interrupts the thread, and an
+   * interrupted thread fails the next call of HDFS's or S3's client at once: the interrupt is held
+   * until the files are gone, then restored. A delete that fails is logged, not thrown: the file is
+   * an orphan, in no log, which `vacuum` deletes.
+   */
+  private def deleteFiles(files: Seq[Path], conf: Configuration, whose: => String): Unit =
+    if (files.nonEmpty) {
+      val interrupted = Thread.interrupted()
+      try {
+        val fs = files.head.getFileSystem(conf)
+        files.foreach { p =>
+          try fs.delete(p, false)
+          catch { case e: IOException => logWarning(s"Failed to remove $p of $whose", e) }
+        }
+      } finally if (interrupted) Thread.currentThread().interrupt()
     }
-  }
 
   /**
    * A task's files, as its commit reaches the driver. A `stop()` interrupts the query's thread
@@ -202,7 +212,7 @@ class BatchTaggedCommitProtocol(jobId: String, path: String)
     }
     if (late && paths.nonEmpty) {
       logWarning(s"Removing ${paths.size} files a task of aborted batch $batchId committed late")
-      deleteUncommitted(paths)
+      deleteFiles(paths, jobConf, s"aborted batch $batchId")
     }
   }
 
@@ -222,28 +232,12 @@ class BatchTaggedCommitProtocol(jobId: String, path: String)
     addedFiles = added
     val conf = taskContext.getConfiguration
     Option(TaskContext.get()).foreach { tc =>
-      tc.addTaskFailureListener((_, _) => deleteTaskFiles(added.toSeq, conf))
-      tc.addTaskCompletionListener[Unit] { ctx =>
-        if (ctx.isInterrupted()) deleteTaskFiles(added.toSeq, conf)
-      }
+      tc.addTaskFailureListener((_, _) => deleteTaskFiles(added, conf))
+      tc.addTaskCompletionListener[Unit](ctx =>
+        if (ctx.isInterrupted()) deleteTaskFiles(added, conf)
+      )
     }
   }
-
-  /**
-   * A killed task's thread is often interrupted, and an interrupted thread fails the next call of
-   * HDFS's or S3's client at once: the interrupt is held until the files are gone, then restored.
-   */
-  private def deleteTaskFiles(files: Seq[String], conf: Configuration): Unit =
-    if (files.nonEmpty) {
-      val interrupted = Thread.interrupted()
-      try {
-        val fs = new Path(files.head).getFileSystem(conf)
-        files.foreach { f =>
-          try fs.delete(new Path(f), false)
-          catch { case e: IOException => logWarning(s"Failed to remove $f of a failed task", e) }
-        }
-      } finally if (interrupted) Thread.currentThread().interrupt()
-    }
 
   override def newTaskTempFile(
       taskContext: TaskAttemptContext,
@@ -278,7 +272,10 @@ class BatchTaggedCommitProtocol(jobId: String, path: String)
     }
 
   override def abortTask(taskContext: TaskAttemptContext): Unit =
-    if (addedFiles != null) deleteTaskFiles(addedFiles.toSeq, taskContext.getConfiguration)
+    if (addedFiles != null) deleteTaskFiles(addedFiles, taskContext.getConfiguration)
+
+  private def deleteTaskFiles(files: ArrayBuffer[String], conf: Configuration): Unit =
+    deleteFiles(files.map(new Path(_)).toSeq, conf, "a failed task")
 }
 
 object BatchTaggedCommitProtocol {

@@ -15,7 +15,7 @@ import org.apache.spark.TaskContext
  * task's `getFileStatus` of an existing file), or with [[StallingFileSystem.atCreate]] as its
  * writer opens one (the file created, the call failing if the task was interrupted meanwhile, as
  * HDFS's client fails). With [[StallingFileSystem.onDriver]] it holds the driver instead, as it
- * looks at a batch's files (its job's abort). Only for names containing
+ * deletes a batch's files (its job's abort). Only for names containing
  * [[StallingFileSystem.stallOn]]; the task waits until [[StallingFileSystem.release]] opens,
  * whatever interrupts it (as a write past Spark's last check for a kill would). A real file system,
  * not a mock: every call reaches the local disk. [[StallingFileSystem.installed]] makes it the
@@ -23,11 +23,17 @@ import org.apache.spark.TaskContext
  */
 class StallingFileSystem extends LocalFileSystem {
 
-  /** Stalls only on a file that exists: a task's commit, not its writer's create. */
+  /** A task's commit: stalls only on a file that exists, not as its writer creates it. */
   override def getFileStatus(f: Path): FileStatus = {
     val status = super.getFileStatus(f)
-    if (!StallingFileSystem.atCreate) stall(f)
+    if (!StallingFileSystem.atCreate && !StallingFileSystem.onDriver) stall(f)
     status
+  }
+
+  /** The driver's deletion of an aborted batch's files: stalls before the file goes. */
+  override def delete(f: Path, recursive: Boolean): Boolean = {
+    if (StallingFileSystem.onDriver) stall(f)
+    super.delete(f, recursive)
   }
 
   override def create(
