@@ -350,13 +350,18 @@ class WriterFencingSuite extends SparkSessionTestBase with RewindFixture {
         hang.release.countDown() // the ended run's delete lands over the restart's lease
         eventually("the late removal")(leaseOf(s).isEmpty)
         goOn.countDown()
-        // the keeper finds no lease and stops refreshing: it only waits for the query's thread
+        // the keeper finds no lease and stops refreshing: it only waits for the query's thread,
+        // in Thread.join() without a timeout (between refreshes it is in join(ms): TIMED_WAITING)
         val keeperThread = Thread.getAllStackTraces.keySet.toArray(Array.empty[Thread])
           .find(_.getName == keeper)
         assert(keeperThread.isDefined, s"no thread $keeper")
-        eventually("the keeper to stop refreshing")(
-          keeperThread.get.getState == Thread.State.WAITING
-        )
+        eventually("the keeper to stop refreshing") {
+          val t = keeperThread.get
+          t.getState == Thread.State.WAITING &&
+          t.getStackTrace.exists(f =>
+            f.getClassName == "java.lang.Thread" && f.getMethodName == "join"
+          )
+        }
         val m = failedBatch(s, q, 2)
         assert(m.contains("This query no longer holds its writer lease on"), m)
         assert(m.contains("was removed by another process"), m)
