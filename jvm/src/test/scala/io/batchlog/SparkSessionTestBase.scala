@@ -94,13 +94,16 @@ trait SparkSessionTestBase extends TempDirs with BeforeAndAfterAll with TimeLimi
   /** Spark's own sink log in metadata directory `dir`, with the session's settings. */
   protected def vanilla(dir: File): VanillaSinkLog = new VanillaSinkLog(spark, dir.toString)
 
+  /** The writer-lease watcher (the keeper) of query run `runId`, while it runs. */
+  protected def leaseWatcher(runId: String): Option[Thread] =
+    Thread.getAllStackTraces.keySet.toArray(Array.empty[Thread])
+      .find(_.getName == s"batchlog-writer-lease-$runId")
+
   /**
    * Waits (up to 30 s) for the writer-lease watcher of query run `runId` to end: after that thread,
    * nothing of batchlog's run writes to its sink.
    */
-  protected def awaitLeaseWatcher(runId: String): Unit =
-    Thread.getAllStackTraces.keySet.toArray(Array.empty[Thread])
-      .filter(_.getName == s"batchlog-writer-lease-$runId").foreach(_.join(30000))
+  protected def awaitLeaseWatcher(runId: String): Unit = leaseWatcher(runId).foreach(_.join(30000))
 
   /** Runs `body` with the query `start` starts, stopping it afterwards whatever happens. */
   protected def withQuery[A](start: => StreamingQuery)(body: StreamingQuery => A): A = {

@@ -339,11 +339,12 @@ class WriterFencingSuite extends SparkSessionTestBase with RewindFixture {
         // The delete lands between two refreshes: the keeper is held before its next check of the
         // lease. (Landing between a check and its refresh, it is undone by the refresh, which
         // writes the lease again: harmless, as the run is still the only writer.)
-        val keeper = s"batchlog-writer-lease-${q.runId}"
+        val keeper = leaseWatcher(q.runId.toString)
+        assert(keeper.isDefined, s"no lease watcher of run ${q.runId}")
         val held = new CountDownLatch(1)
         val goOn = new CountDownLatch(1)
         hang.otherwise = (op, _) =>
-          if (op == "open" && Thread.currentThread.getName == keeper && held.getCount > 0) {
+          if (op == "open" && keeper.contains(Thread.currentThread) && held.getCount > 0) {
             held.countDown(); goOn.await(60, TimeUnit.SECONDS)
           }
         await(held, "the keeper's next check of the lease")
@@ -352,11 +353,8 @@ class WriterFencingSuite extends SparkSessionTestBase with RewindFixture {
         goOn.countDown()
         // the keeper finds no lease and stops refreshing: it only waits for the query's thread,
         // in Thread.join() without a timeout (between refreshes it is in join(ms): TIMED_WAITING)
-        val keeperThread = Thread.getAllStackTraces.keySet.toArray(Array.empty[Thread])
-          .find(_.getName == keeper)
-        assert(keeperThread.isDefined, s"no thread $keeper")
         eventually("the keeper to stop refreshing") {
-          val t = keeperThread.get
+          val t = keeper.get
           t.getState == Thread.State.WAITING &&
           t.getStackTrace.exists(f =>
             f.getClassName == "java.lang.Thread" && f.getMethodName == "join"
