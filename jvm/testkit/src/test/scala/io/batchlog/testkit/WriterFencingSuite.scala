@@ -374,6 +374,35 @@ class WriterFencingSuite extends SparkSessionTestBase with RewindFixture {
     }
   }
 
+  test("a removal landing between the keeper's check and its refresh is undone by the refresh") {
+    // The other interleaving of a late removal: the keeper read the lease (its own) and is about
+    // to write it again when the delete lands. The refresh writes the lease back; the run is still
+    // the only writer (a rewind or a takeover moves the epoch before it acts), so it goes on.
+    withHooks {
+      withTempDir { root =>
+        val s = Sink(root)
+        withHungRefresh(s, new ManualClock()) { (q, stalled, release) =>
+          await(stalled, "the keeper's refresh, after its check of the lease")
+          val meta = new Path(new File(s.out, "_spark_metadata").toURI)
+          val fm = ours(new File(meta.toUri)).checkpointFileManager
+          fm.delete(WriterLease.path(meta)) // another process removes the lease
+          assert(leaseOf(s).isEmpty, "the lease is still there")
+          release.countDown() // the refresh lands: the lease is written again
+          awaitLeaseOf(s, q.runId.toString)
+          Thread.sleep(2500) // more than two refresh intervals (1 s): the keeper keeps refreshing
+          awaitLeaseOf(s, q.runId.toString)
+          s.input.addData(rowsOf(1): _*)
+          processAll(q)
+          assert(q.exception.isEmpty, q.exception)
+          assert(s.batchFiles(1L).nonEmpty, "batch 1 wrote no data file")
+        }
+        assert(ours(new File(s.out, "_spark_metadata")).getLatestBatchId().contains(1L))
+        val rows = spark.read.parquet(s.out.toString).collect().map(_.getLong(0)).toSeq.sorted
+        assert(rows == (0 to 1).flatMap(rowsOf).map(_.toLong))
+      }
+    }
+  }
+
   test("a refresh that lands after its lease could be called dead ends the keeping for good") {
     // The keeper's PUT hangs past the lease's timeout: an observer calls the run dead and a new
     // writer takes the lease; then the hung PUT goes through over the new writer's lease. Before
