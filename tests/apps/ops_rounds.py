@@ -1,0 +1,119 @@
+"""A PySpark driver that writes a sink, then runs rounds of what a long-lived driver calls on it:
+the ``SinkLog`` lookups, reads by batch, ``verify``, a dry-run ``vacuum`` and a dry-run ``rewind``
+(``tests/test_ops_no_growth.py`` counts its JVM's live objects between rounds).
+
+It prints ``READY <jvm pid>`` once the sink is written (7 batches, a compact file and its index at
+batch 5), then reads commands on its standard input: ``round`` runs a round (``DONE``),
+``settle`` lets the JVM free what Python dropped (``SETTLED``), ``exit`` ends it.
+
+    ops_rounds.py WORKDIR
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import batchlog
+from pyspark.sql import SparkSession
+
+BATCHES = 7
+
+
+def write_sink(spark: SparkSession, work: Path) -> tuple[str, str]:
+    """Seven batches through batchlog's committer, partitioned by country; (sink, checkpoint)."""
+    inbox, out, chk = work / "in", str(work / "out"), str(work / "chk")
+    inbox.mkdir(parents=True)
+    base = int(time.time()) - 3600
+    for b in range(BATCHES):
+        f = inbox / f"events-{b}.json"
+        rows = [{"id": b * 10 + i, "country": "NL" if i % 2 else "FR"} for i in range(4)]
+        f.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        os.utime(f, (base + b, base + b))
+    q = (
+        spark.readStream.schema("id LONG, country STRING")
+        .option("maxFilesPerTrigger", 1)
+        .json(str(inbox))
+        .writeStream.format("parquet")
+        .partitionBy("country")
+        .option("checkpointLocation", chk)
+        .trigger(availableNow=True)
+        .start(out)
+    )
+    batchlog.await_query(q)
+    lease = Path(out) / "_batchlog" / "_batchlog-lease.json"
+    deadline = time.monotonic() + 30
+    while lease.exists() and time.monotonic() < deadline:  # the run's lease goes as it ends
+        time.sleep(0.05)
+    return out, chk
+
+
+def one_round(spark: SparkSession, out: str, chk: str, kept: batchlog.SinkLog) -> None:
+    """Every call once, each result checked (a round that failed would count nothing): the
+    lookups on a new ``SinkLog`` and on ``kept``, the one the driver keeps for its life."""
+    for log in (batchlog.SinkLog(spark, out), kept):
+        assert log.batches() == list(range(BATCHES)), log.batches()
+        assert log.latest_batch() == BATCHES - 1
+        for b in range(BATCHES):
+            files = log.files(b)
+            assert len(files) == 2, files
+            assert log.batch_of(files[0]) == b
+    for b in (1, BATCHES - 1):
+        rows = batchlog.read(spark, out, "parquet", from_batch=b, to_batch=b).count()
+        assert rows == 4, (b, rows)
+    assert batchlog.verify(spark, out).healthy
+    vacuum = batchlog.vacuum(spark, out, older_than="1m", dry_run=True, quiet=True)
+    assert vacuum.candidate_files == 0, vacuum
+    plan = batchlog.rewind(spark, out, chk, to_batch=3, dry_run=True, quiet=True)
+    assert plan.plan.affected_batches == [3, 4, 5, 6], plan.plan
+
+
+def settle(spark: SparkSession) -> None:
+    """Lets the JVM free what Python no longer holds. py4j frees a JVM object once Python drops
+    its proxy; a proxy whose methods were called sits in a reference cycle (its cached methods
+    name it), which Python's cycle collector breaks on its own schedule, or now. The frees go to
+    the JVM from py4j's finalizer thread, which sleeps a second whenever its queue is empty."""
+    gc.collect()
+    queue = spark.sparkContext._gateway._gateway_client.finalizer_deque  # type: ignore[union-attr]
+    deadline = time.monotonic() + 30
+    while queue and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(1.5)  # the last one sent, whatever the thread was doing
+
+
+def main(work: Path) -> None:
+    spark = (
+        batchlog.configure(SparkSession.builder)
+        .master("local[2]")
+        .appName("ops-rounds")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.streaming.fileSink.log.compactInterval", "3")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    out, chk = write_sink(spark, work)
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    kept = batchlog.SinkLog(spark, out)
+    print(f"READY {jvm.java.lang.ProcessHandle.current().pid()}", flush=True)
+    for line in sys.stdin:
+        command = line.strip()
+        if command == "exit":
+            break
+        if command == "settle":
+            settle(spark)
+            print("SETTLED", flush=True)
+        else:
+            one_round(spark, out, chk, kept)
+            print("DONE", flush=True)
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))
