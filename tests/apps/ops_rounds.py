@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import gc
 import json
+import linecache
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 
 import batchlog
+from py4j.clientserver import FinalizerWorker
 from pyspark.sql import SparkSession
 
 BATCHES = 7
@@ -76,13 +79,24 @@ def settle(spark: SparkSession) -> None:
     """Lets the JVM free what Python no longer holds. py4j frees a JVM object once Python drops
     its proxy; a proxy whose methods were called sits in a reference cycle (its cached methods
     name it), which Python's cycle collector breaks on its own schedule, or now. The frees go to
-    the JVM from py4j's finalizer thread, which sleeps a second whenever its queue is empty."""
+    the JVM from py4j's finalizer thread, one request at a time: all of them have landed once its
+    queue is empty and the thread is back in its idle wait (a sleep, not a request)."""
     gc.collect()
     queue = spark.sparkContext._gateway._gateway_client.finalizer_deque  # type: ignore[union-attr]
+    (worker,) = [t for t in threading.enumerate() if isinstance(t, FinalizerWorker)]
+
+    def idle() -> bool:
+        frame = sys._current_frames().get(worker.ident or -1)
+        return (
+            not queue
+            and frame is not None
+            and "sleep" in linecache.getline(frame.f_code.co_filename, frame.f_lineno)
+        )
+
     deadline = time.monotonic() + 30
-    while queue and time.monotonic() < deadline:
-        time.sleep(0.1)
-    time.sleep(1.5)  # the last one sent, whatever the thread was doing
+    while not idle():
+        assert time.monotonic() < deadline, "py4j's finalizer thread did not go idle in 30 s"
+        time.sleep(0.05)
 
 
 def main(work: Path) -> None:
