@@ -17,28 +17,17 @@ exactly.
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import batchlog
+from json_inbox import drop_inputs, start_partitioned_sink
 from pyspark.sql import SparkSession
 
 TIMEOUT_S = 300
 BATCHES = 3
-
-
-def drop_inputs(inbox: Path) -> None:
-    """One JSON-lines file per micro-batch (``maxFilesPerTrigger`` 1), mtimes in batch order."""
-    inbox.mkdir(parents=True)
-    base = int(time.time()) - 3600
-    for b in range(BATCHES):
-        f = inbox / f"events-{b}.json"
-        rows = [{"id": b * 10 + i, "country": "NL" if i % 2 else "FR"} for i in range(2)]
-        f.write_text("".join(json.dumps(r) + "\n" for r in rows))
-        os.utime(f, (base + b, base + b))
 
 
 def run(query: Any) -> list[int]:
@@ -89,18 +78,8 @@ def delta_part(spark: SparkSession, work: Path) -> dict[str, Any]:
 def batchlog_part(spark: SparkSession, work: Path) -> dict[str, Any]:
     """A file sink written through batchlog's commit protocol, read back every way batchlog has."""
     inbox, out, chk = work / "inbox", str(work / "sink"), str(work / "sink-chk")
-    drop_inputs(inbox)
-    query = (
-        spark.readStream.schema("id LONG, country STRING")
-        .option("maxFilesPerTrigger", 1)
-        .json(str(inbox))
-        .writeStream.format("parquet")
-        .partitionBy("country")
-        .option("checkpointLocation", chk)
-        .trigger(availableNow=True)
-        .start(out)
-    )
-    batches = run(query)
+    drop_inputs(inbox, BATCHES, rows=2)
+    batches = run(start_partitioned_sink(spark, inbox, out, chk))
     log = batchlog.SinkLog(spark, out)
     data_files = sorted(p.name for p in Path(out).rglob("part-*") if not p.name.endswith(".crc"))
     verify = json.loads(one(spark, f"BATCHLOG VERIFY '{out}'")["report"])

@@ -12,15 +12,14 @@ batch 5), then reads commands on its standard input: ``round`` runs a round (``D
 from __future__ import annotations
 
 import gc
-import json
 import linecache
-import os
 import sys
 import threading
 import time
 from pathlib import Path
 
 import batchlog
+from json_inbox import drop_inputs, start_partitioned_sink
 from py4j.clientserver import FinalizerWorker
 from pyspark.sql import SparkSession
 
@@ -30,24 +29,8 @@ BATCHES = 7
 def write_sink(spark: SparkSession, work: Path) -> tuple[str, str]:
     """Seven batches through batchlog's committer, partitioned by country; (sink, checkpoint)."""
     inbox, out, chk = work / "in", str(work / "out"), str(work / "chk")
-    inbox.mkdir(parents=True)
-    base = int(time.time()) - 3600
-    for b in range(BATCHES):
-        f = inbox / f"events-{b}.json"
-        rows = [{"id": b * 10 + i, "country": "NL" if i % 2 else "FR"} for i in range(4)]
-        f.write_text("".join(json.dumps(r) + "\n" for r in rows))
-        os.utime(f, (base + b, base + b))
-    q = (
-        spark.readStream.schema("id LONG, country STRING")
-        .option("maxFilesPerTrigger", 1)
-        .json(str(inbox))
-        .writeStream.format("parquet")
-        .partitionBy("country")
-        .option("checkpointLocation", chk)
-        .trigger(availableNow=True)
-        .start(out)
-    )
-    batchlog.await_query(q)
+    drop_inputs(inbox, BATCHES, rows=4)
+    batchlog.await_query(start_partitioned_sink(spark, inbox, out, chk))
     lease = Path(out) / "_batchlog" / "_batchlog-lease.json"
     deadline = time.monotonic() + 30
     while lease.exists() and time.monotonic() < deadline:  # the run's lease goes as it ends
