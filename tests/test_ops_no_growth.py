@@ -13,6 +13,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -65,10 +66,23 @@ def test_rounds_of_lookups_reads_and_dry_runs_keep_nothing(batchlog_jar: str, tm
             return watched(live_instances(pid))
 
         pid = int(expect("READY ").split()[1])
+
+        def grown() -> dict[str, tuple[int, int]]:
+            after = counted_after(0)
+            return {k: (before.get(k, 0), n) for k, n in after.items() if n > before.get(k, 0)}
+
         before = counted_after(WARM_UP)
-        after = counted_after(MEASURED)
-        grown = {k: (before.get(k, 0), n) for k, n in after.items() if n > before.get(k, 0)}
-        assert grown == {}, f"live objects after round {WARM_UP} and {WARM_UP + MEASURED}: {grown}"
+        counted_after(MEASURED)
+        # Something of the last round may still be on its way out: once, under load, the last
+        # read's table, file index and two file statuses were still held after the app settled
+        # (it drains Spark's listener bus, whose end-of-execution events hold their query's plan,
+        # since). What goes within 30 s is not kept; what is kept stays, however often counted.
+        left = grown()
+        deadline = time.monotonic() + 30
+        while left and time.monotonic() < deadline:
+            time.sleep(1)
+            left = grown()
+        assert left == {}, f"live objects after round {WARM_UP} and {WARM_UP + MEASURED}: {left}"
         # the counts are of something: the driver's file system, batchlog's listener of the
         # session, and the log the driver keeps with its cached index of the compact file
         for name in (

@@ -64,6 +64,9 @@ def settle(spark: SparkSession) -> None:
     name it), which Python's cycle collector breaks on its own schedule, or now. The frees go to
     the JVM from py4j's finalizer thread, one request at a time: all of them have landed once its
     queue is empty and the thread is back in its idle wait (a sleep, not a request)."""
+    # Spark's events of an ended execution hold its plan (the read's table and file index) until
+    # every listener has had them, on the listener bus's threads
+    spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty(30000)  # type: ignore[union-attr]
     gc.collect()
     queue = spark.sparkContext._gateway._gateway_client.finalizer_deque  # type: ignore[union-attr]
     (worker,) = [t for t in threading.enumerate() if isinstance(t, FinalizerWorker)]
