@@ -59,20 +59,21 @@ def test_rounds_of_lookups_reads_and_dry_runs_keep_nothing(batchlog_jar: str, tm
             proc.stdin.flush()  # type: ignore[union-attr]
             expect(reply)
 
-        def counted_after(rounds: int) -> dict[str, int]:
-            for _ in range(rounds):
+        def rounds(n: int) -> None:
+            for _ in range(n):
                 send("round", "DONE")
+
+        def counted() -> dict[str, int]:
             send("settle", "SETTLED")
             return watched(live_instances(pid))
 
-        pid = int(expect("READY ").split()[1])
-
         def grown() -> dict[str, tuple[int, int]]:
-            after = counted_after(0)
-            return {k: (before.get(k, 0), n) for k, n in after.items() if n > before.get(k, 0)}
+            return {k: (before.get(k, 0), n) for k, n in counted().items() if n > before.get(k, 0)}
 
-        before = counted_after(WARM_UP)
-        counted_after(MEASURED)
+        pid = int(expect("READY ").split()[1])
+        rounds(WARM_UP)
+        before = counted()
+        rounds(MEASURED)
         # Something of the last round may still be on its way out: once, under load, the last
         # read's table, file index and two file statuses were still held after the app settled
         # (it drains Spark's listener bus, whose end-of-execution events hold their query's plan,
