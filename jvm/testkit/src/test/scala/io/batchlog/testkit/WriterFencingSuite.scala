@@ -57,7 +57,15 @@ class WriterFencingSuite extends SparkSessionTestBase with RewindFixture {
     def start(): StreamingQuery =
       input.toDF().select(TaskHook.hook(col("value").cast("long")).as("id")).writeStream
         .format("parquet").option("checkpointLocation", checkpoint.toString).start(out.toString)
-    def rows: Set[Long] = spark.read.parquet(out.toString).collect().map(_.getLong(0)).toSet
+
+    /** Its log's directory, and the file manager batchlog's log of it uses (the session's now). */
+    val meta = new Path(new File(out, "_spark_metadata").toURI)
+    def fileManager = ours(new File(meta.toUri)).checkpointFileManager
+
+    /** Every row plain Spark reads back, sorted: a row committed twice shows twice. */
+    def readBack: Seq[Long] =
+      spark.read.parquet(out.toString).collect().map(_.getLong(0)).toSeq.sorted
+    def rows: Set[Long] = readBack.toSet
     def batchFiles(b: Long): Seq[String] =
       Option(out.listFiles()).toSeq.flatten.map(_.getName)
         .filter(n => n.startsWith("part-") && n.contains(s"-batch-$b-"))
@@ -254,8 +262,7 @@ class WriterFencingSuite extends SparkSessionTestBase with RewindFixture {
 
   /** The lease of the sink `s`, as the store has it now. */
   private def leaseOf(s: Sink): Option[WriterLease] = {
-    val meta = new Path(new File(s.out, "_spark_metadata").toURI)
-    WriterLease.read(ours(new File(meta.toUri)).checkpointFileManager, meta)
+    WriterLease.read(s.fileManager, s.meta)
   }
 
   /**
@@ -296,8 +303,7 @@ class WriterFencingSuite extends SparkSessionTestBase with RewindFixture {
             body(s, ended, hang)
           }
         finally hang.release.countDown()
-        val rows = spark.read.parquet(s.out.toString).collect().map(_.getLong(0)).toSeq.sorted
-        assert(rows == (0 to 2).flatMap(rowsOf).map(_.toLong))
+        assert(s.readBack == (0 to 2).flatMap(rowsOf).map(_.toLong))
       }
     }
 
@@ -383,9 +389,7 @@ class WriterFencingSuite extends SparkSessionTestBase with RewindFixture {
         val s = Sink(root)
         withHungRefresh(s, new ManualClock()) { (q, stalled, release) =>
           await(stalled, "the keeper's refresh, after its check of the lease")
-          val meta = new Path(new File(s.out, "_spark_metadata").toURI)
-          val fm = ours(new File(meta.toUri)).checkpointFileManager
-          fm.delete(WriterLease.path(meta)) // another process removes the lease
+          s.fileManager.delete(WriterLease.path(s.meta)) // another process removes the lease
           assert(leaseOf(s).isEmpty, "the lease is still there")
           release.countDown() // the refresh lands: the lease is written again
           awaitLeaseOf(s, q.runId.toString)
@@ -397,8 +401,7 @@ class WriterFencingSuite extends SparkSessionTestBase with RewindFixture {
           assert(s.batchFiles(1L).nonEmpty, "batch 1 wrote no data file")
         }
         assert(ours(new File(s.out, "_spark_metadata")).getLatestBatchId().contains(1L))
-        val rows = spark.read.parquet(s.out.toString).collect().map(_.getLong(0)).toSeq.sorted
-        assert(rows == (0 to 1).flatMap(rowsOf).map(_.toLong))
+        assert(s.readBack == (0 to 1).flatMap(rowsOf).map(_.toLong))
       }
     }
   }
@@ -410,14 +413,12 @@ class WriterFencingSuite extends SparkSessionTestBase with RewindFixture {
     withHooks {
       withTempDir { root =>
         val s = Sink(root)
-        val meta = new Path(new File(s.out, "_spark_metadata").toURI)
         val clock = new ManualClock()
         var late: Option[WriterLease] = None
         withHungRefresh(s, clock) { (q, stalled, release) =>
           await(stalled, "the hung refresh")
           clock.advance(4500) // past the 4 s timeout: the lease may be called dead
-          val fm = ours(new File(meta.toUri)).checkpointFileManager
-          WriterLease.write(fm, meta, WriterLease("q2", "r2", "h2", 2L, 0L, 0L, 4000L))
+          WriterLease.write(s.fileManager, s.meta, WriterLease("q2", "r2", "h2", 2L, 0L, 0L, 4000L))
           release.countDown() // the hung PUT lands over the new writer's lease
           eventually("the late refresh")(leaseOf(s).exists(_.runId == q.runId.toString))
           late = leaseOf(s)
@@ -444,8 +445,7 @@ class WriterFencingSuite extends SparkSessionTestBase with RewindFixture {
   test("a late refresh of the run a writer replaced is taken back; another run's stops it") {
     withTempDir { root =>
       val s = Sink(root)
-      val meta = new Path(new File(s.out, "_spark_metadata").toURI)
-      val fm = ours(new File(meta.toUri)).checkpointFileManager
+      val (meta, fm) = (s.meta, s.fileManager)
       // a dead writer's lease (a 2 s timeout), on the sink before the query starts
       val zombie = WriterLease("zombie-query", "zombie-run", "zombie-host", 1L, 0L, 0L, 2000L, 1L)
       WriterLease.write(fm, meta, zombie)
@@ -477,12 +477,13 @@ class WriterFencingSuite extends SparkSessionTestBase with RewindFixture {
     withHooks {
       withTempDir { root =>
         val s = Sink(root)
-        val meta = new Path(new File(s.out, "_spark_metadata").toURI)
+        val meta = s.meta
         // as the writer claims the new sink (its record's version 1), another process claims it
         // first: a takeover by another query, with its epoch bump
         FaultInjectingCheckpointFileManager.callback = { (_, _) =>
-          val fm = ours(new File(meta.toUri)).checkpointFileManager
-          WriterFence.bumpEpoch(fm, meta)(_ => SinkRecord.first("other-query", 0L, 10, 1L))
+          WriterFence.bumpEpoch(s.fileManager, meta)(_ =>
+            SinkRecord.first("other-query", 0L, 10, 1L)
+          )
         }
         withSQLConf(
           TestkitConf.CheckpointFileManagerClassKey -> FaultManager,
@@ -502,8 +503,7 @@ class WriterFencingSuite extends SparkSessionTestBase with RewindFixture {
             assert(m.contains("Batch 0 was not written to the sink; nothing was changed."), m)
           }
         }
-        val fm = ours(new File(meta.toUri)).checkpointFileManager
-        val r = SinkRecord.read(fm, meta).get
+        val r = SinkRecord.read(s.fileManager, meta).get
         assert(r.owners.map(_.queryId) == List("other-query") && r.epoch == 0L && r.seq == 1L)
         assert(s.batchFiles(0L).isEmpty)
         assert(ours(new File(meta.toUri)).getLatestBatchId().isEmpty)
