@@ -8,8 +8,6 @@ which collects first): no py4j reaches into a Connect server."""
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 from collections import Counter
 from pathlib import Path
 
@@ -17,30 +15,13 @@ import pytest
 from conftest import INPUT_SCHEMA, batch_rows, data_files, drop_inputs
 from connect_support import batchlog_server_conf, start_connect_server, stop_connect_server
 from pyspark.sql.connect.session import SparkSession as ConnectSession
-from support import await_query, wait_until
+from support import JCMD, await_query, live_instances, wait_until
 
 RUNS = 4
 GUARD = "io.batchlog.commit.WriterGuard"
 LOG = "io.batchlog.log.BatchTaggedFileStreamSinkLog"
 #: Spark's micro-batch query, one per run, which the server keeps after the run ended.
 QUERY = re.compile(r"\.MicroBatchExecution$")
-
-JCMD = shutil.which("jcmd")
-
-
-def live_instances(pid: int) -> Counter[str]:
-    """Live instances by class in JVM ``pid`` (the histogram collects first)."""
-    out = subprocess.run(
-        [str(JCMD), str(pid), "GC.class_histogram"],
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    ).stdout
-    counts: Counter[str] = Counter()
-    for m in re.finditer(r"^\s*\d+:\s+(\d+)\s+\d+\s+(\S+)", out, re.M):
-        counts[m.group(2)] += int(m.group(1))
-    return counts
 
 
 def queries(counts: Counter[str]) -> int:

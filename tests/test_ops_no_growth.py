@@ -18,8 +18,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from support import PYTHON_DIR, REPO, stop_group
-from test_connect_run_release import JCMD, live_instances
+from support import JCMD, PYTHON_DIR, REPO, live_instances, stop_group
 
 APP = REPO / "tests" / "apps" / "ops_rounds.py"
 WARM_UP, MEASURED = 2, 8
@@ -40,7 +39,7 @@ def test_rounds_of_lookups_reads_and_dry_runs_keep_nothing(batchlog_jar: str, tm
     proc = subprocess.Popen(
         [sys.executable, str(APP), str(tmp_path)],
         cwd=str(tmp_path),
-        env=dict(os.environ, PYTHONPATH=str(PYTHON_DIR)),
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(PYTHON_DIR), str(REPO / "tests")])),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,

@@ -6,7 +6,7 @@ It prints ``READY <jvm pid>`` once the sink is written (7 batches, a compact fil
 batch 5), then reads commands on its standard input: ``round`` runs a round (``DONE``),
 ``settle`` lets the JVM free what Python dropped (``SETTLED``), ``exit`` ends it.
 
-    ops_rounds.py WORKDIR
+    ops_rounds.py WORKDIR     (with tests/ on PYTHONPATH, for its support module)
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import batchlog
 from json_inbox import drop_inputs, start_partitioned_sink
 from py4j.clientserver import FinalizerWorker
 from pyspark.sql import SparkSession
+from support import await_query
 
 BATCHES = 7
 
@@ -30,11 +31,7 @@ def write_sink(spark: SparkSession, work: Path) -> tuple[str, str]:
     """Seven batches through batchlog's committer, partitioned by country; (sink, checkpoint)."""
     inbox, out, chk = work / "in", str(work / "out"), str(work / "chk")
     drop_inputs(inbox, BATCHES, rows=4)
-    batchlog.await_query(start_partitioned_sink(spark, inbox, out, chk))
-    lease = Path(out) / "_batchlog" / "_batchlog-lease.json"
-    deadline = time.monotonic() + 30
-    while lease.exists() and time.monotonic() < deadline:  # the run's lease goes as it ends
-        time.sleep(0.05)
+    await_query(start_partitioned_sink(spark, inbox, out, chk), out)  # and its lease gone
     return out, chk
 
 
