@@ -22,7 +22,7 @@ import batchlog
 from json_inbox import drop_inputs, start_partitioned_sink
 from py4j.clientserver import FinalizerWorker
 from pyspark.sql import SparkSession
-from support import await_query
+from support import await_query, get_spark
 
 BATCHES = 7
 
@@ -83,17 +83,8 @@ def settle(spark: SparkSession) -> None:
 
 
 def main(work: Path) -> None:
-    spark = (
-        batchlog.configure(SparkSession.builder)
-        .master("local[2]")
-        .appName("ops-rounds")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.streaming.fileSink.log.compactInterval", "3")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = get_spark()  # the test suite's session: local[2], batchlog's jar, quiet
+    spark.conf.set("spark.sql.streaming.fileSink.log.compactInterval", "3")
     out, chk = write_sink(spark, work)
     jvm = spark.sparkContext._jvm
     assert jvm is not None
