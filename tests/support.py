@@ -10,13 +10,16 @@ editable install points at.
 
 from __future__ import annotations
 
+import gc
 import io
+import linecache
 import os
 import re
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
@@ -30,6 +33,7 @@ if str(PYTHON_DIR) not in sys.path:
     sys.path.insert(0, str(PYTHON_DIR))
 
 import batchlog  # noqa: E402
+from py4j.clientserver import FinalizerWorker  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402
 
 assert Path(batchlog.__file__).resolve().parent == PYTHON_DIR / "batchlog", batchlog.__file__
@@ -217,3 +221,31 @@ def live_instances(pid: int) -> Counter[str]:
     for m in re.finditer(r"^\s*\d+:\s+(\d+)\s+\d+\s+(\S+)", out, re.M):
         counts[m.group(2)] += int(m.group(1))
     return counts
+
+
+def settle(spark: SparkSession) -> None:
+    """Lets the JVM free what Python no longer holds. py4j frees a JVM object once Python drops
+    its proxy; a proxy whose methods were called sits in a reference cycle (its cached methods
+    name it), which Python's cycle collector breaks on its own schedule, or now. The frees go to
+    the JVM from py4j's finalizer thread, one request at a time: all of them have landed once its
+    queue is empty and the thread is back in its idle wait (a sleep, not a request)."""
+    # Spark's events of an ended execution hold its plan (the read's table and file index) until
+    # every listener has had them, on the listener bus's threads
+    spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty(30000)  # type: ignore[union-attr]
+    gc.collect()
+    queue = spark.sparkContext._gateway._gateway_client.finalizer_deque  # type: ignore[union-attr]
+    (worker,) = [t for t in threading.enumerate() if isinstance(t, FinalizerWorker)]
+
+    def idle() -> bool:
+        frame = sys._current_frames().get(worker.ident or -1)
+        return (
+            not queue
+            and frame is not None
+            and "sleep" in linecache.getline(frame.f_code.co_filename, frame.f_lineno)
+        )
+
+    deadline = time.monotonic() + 30
+    while not idle():
+        if time.monotonic() > deadline:
+            raise RuntimeError("py4j's finalizer thread did not go idle in 30 s")
+        time.sleep(0.05)

@@ -11,18 +11,13 @@ batch 5), then reads commands on its standard input: ``round`` runs a round (``D
 
 from __future__ import annotations
 
-import gc
-import linecache
 import sys
-import threading
-import time
 from pathlib import Path
 
 import batchlog
 from json_inbox import drop_inputs, start_partitioned_sink
-from py4j.clientserver import FinalizerWorker
 from pyspark.sql import SparkSession
-from support import await_query, get_spark
+from support import await_query, get_spark, settle
 
 BATCHES = 7
 
@@ -53,33 +48,6 @@ def one_round(spark: SparkSession, out: str, chk: str, kept: batchlog.SinkLog) -
     assert vacuum.candidate_files == 0, vacuum
     plan = batchlog.rewind(spark, out, chk, to_batch=3, dry_run=True, quiet=True)
     assert plan.plan.affected_batches == [3, 4, 5, 6], plan.plan
-
-
-def settle(spark: SparkSession) -> None:
-    """Lets the JVM free what Python no longer holds. py4j frees a JVM object once Python drops
-    its proxy; a proxy whose methods were called sits in a reference cycle (its cached methods
-    name it), which Python's cycle collector breaks on its own schedule, or now. The frees go to
-    the JVM from py4j's finalizer thread, one request at a time: all of them have landed once its
-    queue is empty and the thread is back in its idle wait (a sleep, not a request)."""
-    # Spark's events of an ended execution hold its plan (the read's table and file index) until
-    # every listener has had them, on the listener bus's threads
-    spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty(30000)  # type: ignore[union-attr]
-    gc.collect()
-    queue = spark.sparkContext._gateway._gateway_client.finalizer_deque  # type: ignore[union-attr]
-    (worker,) = [t for t in threading.enumerate() if isinstance(t, FinalizerWorker)]
-
-    def idle() -> bool:
-        frame = sys._current_frames().get(worker.ident or -1)
-        return (
-            not queue
-            and frame is not None
-            and "sleep" in linecache.getline(frame.f_code.co_filename, frame.f_lineno)
-        )
-
-    deadline = time.monotonic() + 30
-    while not idle():
-        assert time.monotonic() < deadline, "py4j's finalizer thread did not go idle in 30 s"
-        time.sleep(0.05)
 
 
 def main(work: Path) -> None:
