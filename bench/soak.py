@@ -64,6 +64,7 @@ sys.path.insert(0, str(ROOT / "python"))
 sys.path.insert(0, str(ROOT / "tests"))
 
 import batchlog  # noqa: E402
+from support import settle  # noqa: E402
 
 ROWS = 4  # rows per input file (per batch)
 VARIANTS = ("batchlog", "vanilla")
@@ -75,7 +76,14 @@ CONFS = {
     "spark.sql.shuffle.partitions": "1",
     # every batch of a round in the query's recentProgress (Spark keeps 100 by default)
     "spark.sql.streaming.numRecentProgressUpdates": "5000",
+    # Spark's listing cache (FileStatusCache, 250 MB by default) keeps the status of every input
+    # file a file source has read, for the life of the driver: bounded small, the same in both
+    # variants, it is full within the first round, and what grows after is what the soak is for
+    "spark.sql.hive.filesourcePartitionFileCacheSize": str(256 * 1024),
 }
+# Over Connect the queries run for the whole stretch (their progress polled, not collected at the
+# end of a round): Spark's default, so that a running query's progress buffer is full early
+RUNNING_CONFS = {"spark.sql.streaming.numRecentProgressUpdates": "100"}
 # Spark's own status store keeps the last 1,000 jobs, stages and SQL executions (with the UI off
 # too): it grows for the first few hundred batches, then stays. Smaller limits let it reach them
 # early, so that what grows after is what the soak looks for.
@@ -164,15 +172,24 @@ def class_histogram(pid: int) -> tuple[Counter[str], Counter[str]]:
 
 def write_inputs(inbox: Path, first: int, n: int) -> None:
     """Input files for batches first..first+n-1: ids unique per batch, event time one second a
-    batch, modification times in batch order (the file source reads them in that order)."""
+    batch, modification times in batch order (the file source reads them in that order). Each is
+    written under a hidden name, then renamed: a running query never lists half a file."""
     inbox.mkdir(parents=True, exist_ok=True)
     base = int(time.time()) - 10 * 3600
     for b in range(first, first + n):
-        f = inbox / f"events-{b:06d}.json"
+        f, tmp = inbox / f"events-{b:06d}.json", inbox / f".events-{b:06d}.json.tmp"
         ts = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(1767225600 + b))
         rows = ({"id": b * 10 + i, "ts": ts, "country": ("NL", "FR")[i % 2]} for i in range(ROWS))
-        f.write_text("".join(json.dumps(r) + "\n" for r in rows))
-        os.utime(f, (base + b, base + b))
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        os.utime(tmp, (base + b, base + b))
+        tmp.rename(f)
+
+
+def clear_inputs(inbox: Path) -> None:
+    """The inputs of the rounds before are read: gone, as a production inbox's processed files
+    are (Spark's cleanSource), so that listing the inbox does not grow with the run."""
+    for f in inbox.glob("events-*.json"):
+        f.unlink()
 
 
 def await_done(q: Any, what: str, timeout_s: float = 3600) -> None:
@@ -185,8 +202,9 @@ def await_done(q: Any, what: str, timeout_s: float = 3600) -> None:
         raise SystemExit(f"{what} failed: {q.exception()}")
 
 
-def upstream(spark: Any, inbox: Path, sink: str, chk: str) -> list[tuple[int, float]]:
-    """The stateful query to the end of its input; (batch, addBatch ms) of each batch it ran."""
+def upstream(spark: Any, inbox: Path, sink: str, chk: str, running: bool = False) -> Any:
+    """The stateful query over the inbox: to the end of its input (availableNow), or
+    ``running`` until stopped."""
     events = (
         spark.readStream.schema(SCHEMA)
         .option("maxFilesPerTrigger", 1)
@@ -197,36 +215,66 @@ def upstream(spark: Any, inbox: Path, sink: str, chk: str) -> list[tuple[int, fl
         .withWatermark("ts", "10 seconds")
         .dropDuplicates(["id", "ts"])
     )
-    q = (
+    writer = (
         events.writeStream.format("parquet")
         .option("checkpointLocation", chk)
         .option("retention", "1h")
         .partitionBy("country")
-        .trigger(availableNow=True)
-        .start(sink)
     )
-    await_done(q, "the upstream query")
-    # attributes: over Connect the progress' dict view lacks some keys
+    return (writer if running else writer.trigger(availableNow=True)).start(sink)
+
+
+def data_batches(progress: Any) -> list[tuple[int, int, float]]:
+    """(batch, input rows, addBatch ms) of each batch with input rows among a query's progress
+    (attributes: over Connect the progress' dict view lacks some keys)."""
     return [
-        (int(p.batchId), float(p.durationMs.get("addBatch", 0)))
-        for p in q.recentProgress
+        (int(p.batchId), int(p.numInputRows), float(p.durationMs.get("addBatch", 0)))
+        for p in progress
         if (p.numInputRows or 0) > 0
     ]
 
 
-def downstream(spark: Any, sink: str, out: str, chk: str, vanilla: bool) -> None:
+def downstream(spark: Any, sink: str, out: str, chk: str, vanilla: bool, running: bool) -> Any:
     """A query on the batchlog source over the sink (vanilla: Spark's file source, which reads
-    the sink's log too), to the end (availableNow)."""
-    q = (
-        spark.readStream.format("parquet" if vanilla else "batchlog")
-        .schema("id LONG, ts TIMESTAMP, country STRING")
+    the sink's log too): to the end (availableNow), or ``running`` until stopped."""
+    source = spark.readStream.format("parquet" if vanilla else "batchlog")
+    if not vanilla:  # the sink may have no data file yet to tell its format by
+        source = source.option("format", "parquet")
+    writer = (
+        source.schema("id LONG, ts TIMESTAMP, country STRING")
         .load(sink)
         .writeStream.format("parquet")
         .option("checkpointLocation", chk)
-        .trigger(availableNow=True)
-        .start(out)
     )
-    await_done(q, "the downstream query")
+    return (writer if running else writer.trigger(availableNow=True)).start(out)
+
+
+class Progress:
+    """What a running query has read, from its ``recentProgress`` (the last
+    ``numRecentProgressUpdates`` of them), polled far more often than that many batches run."""
+
+    def __init__(self, q: Any, what: str) -> None:
+        self.q, self.what = q, what
+        self.last_data = -1  # the newest batch with input rows seen
+        self.rows = 0  # input rows of the batches seen
+
+    def until_rows(self, rows: int, timeout_s: float = 3600) -> list[tuple[int, float]]:
+        """Waits until the query has read ``rows`` in all; (batch, addBatch ms) of each batch
+        with input rows it ran meanwhile."""
+        out = []
+        deadline = time.monotonic() + timeout_s
+        while self.rows < rows:
+            if not self.q.isActive:
+                raise SystemExit(f"{self.what} stopped: {self.q.exception()}")
+            if time.monotonic() > deadline:
+                raise SystemExit(f"{self.what} read {self.rows} rows in {timeout_s} s, not {rows}")
+            time.sleep(0.5)
+            new = sorted(b for b in data_batches(self.q.recentProgress) if b[0] > self.last_data)
+            if new:
+                self.last_data = new[-1][0]
+                self.rows += sum(n for _, n, _ in new)
+                out += [(b, ms) for b, _, ms in new]
+        return out
 
 
 def short_run(spark: Any, work: Path, k: int) -> None:
@@ -267,7 +315,10 @@ def soak(
     per_round: int,
     shorts: int,
     vanilla: bool = False,
+    restart: bool = True,
 ) -> Run:
+    """The loop. ``restart``: both queries run to the end of their input every round (a restart
+    each round); else they run for the whole loop, each round's input read as it lands."""
     run = Run(mode, "vanilla" if vanilla else "batchlog")
     label = f"{mode}, {run.variant}"
     # the sink keeps the last two rounds' batches: its log and index stop growing after those (as
@@ -280,21 +331,31 @@ def soak(
     started = time.monotonic()
     heap, threads, fds = jvm_sample(pid)
     run.samples.append(Sample(0, heap, threads, fds, 0.0))
+    inbox.mkdir(parents=True, exist_ok=True)
+    if not restart:
+        up = Progress(upstream(spark, inbox, sink, chk, running=True), "the upstream query")
+        dn = Progress(downstream(spark, sink, down, down_chk, vanilla, True), "downstream")
     for r in range(rounds):
         steps: dict[str, float] = {}
         n = min(per_round, batches - run.batches)
-        # the input of the rounds before is read: gone, as a production inbox's processed files
-        # are (Spark's cleanSource), so that listing the inbox does not grow with the run
-        shutil.rmtree(inbox, ignore_errors=True)
+        clear_inputs(inbox)
         write_inputs(inbox, run.batches, n)
         with timed(steps, "upstream"):
-            lat = upstream(spark, inbox, sink, chk)
+            if restart:
+                q = upstream(spark, inbox, sink, chk)
+                await_done(q, "the upstream query")
+                lat = [(b, ms) for b, _, ms in data_batches(q.recentProgress)]
+            else:
+                lat = up.until_rows((run.batches + n) * ROWS)
         if len(lat) != n:
             raise SystemExit(f"round {r}: the upstream query ran {len(lat)} batches, expected {n}")
         run.latencies += lat
         run.batches += n
         with timed(steps, "downstream"):
-            downstream(spark, sink, down, down_chk, vanilla)
+            if restart:
+                await_done(downstream(spark, sink, down, down_chk, vanilla, False), "downstream")
+            else:
+                dn.until_rows(run.batches * ROWS)
         rewound = "-"
         if vanilla:  # nothing of batchlog's: a plain read of the sink instead of a read by batch
             with timed(steps, "plain read"):
@@ -313,8 +374,14 @@ def soak(
                 batchlog.vacuum(spark, sink, older_than="1m", dry_run=False, quiet=True)
             with timed(steps, "rewind dry run"):
                 to = max(0, latest - 5)
-                plan = batchlog.rewind(spark, sink, chk, to_batch=to, dry_run=True, quiet=True)
-                rewound = str(len(plan.plan.affected_batches))
+                try:
+                    plan = batchlog.rewind(spark, sink, chk, to_batch=to, dry_run=True, quiet=True)
+                    rewound = f"{len(plan.plan.affected_batches)} batches"
+                except (batchlog.QueryActiveError, batchlog.WriterActiveError) as e:
+                    if restart:
+                        raise
+                    # refused while the query writes, as it must be: the refusal is the call
+                    rewound = f"refused ({type(e).__name__})"
             with timed(steps, "read by batch"):
                 got = batchlog.read(
                     spark, sink, "parquet", from_batch=last_data, to_batch=last_data
@@ -329,7 +396,10 @@ def soak(
                 short_run(spark, work, run.short_runs)
             run.short_runs += 1
         # Python's garbage first: its JVM objects (py4j's references) go with it
-        gc.collect()
+        if mode == "py4j":
+            settle(spark)
+        else:
+            gc.collect()
         heap, threads, fds = jvm_sample(pid)
         run.samples.append(Sample(run.batches, heap, threads, fds, time.monotonic() - started))
         run.rounds.append(steps)
@@ -348,11 +418,13 @@ def soak(
         print(
             f"[soak {label}] round {r + 1}/{rounds}: batches {run.batches:>6,}  "
             f"heap {heap:7.1f} MiB  threads {threads:4d}  fds {fds:4d}  commit (addBatch) "
-            f"median {statistics.median(p):6.1f} ms  rewind plan {rewound} "
-            f"batches  short runs {run.short_runs}  "
-            + "  ".join(f"{k} {v:.1f}s" for k, v in steps.items()),
+            f"median {statistics.median(p):6.1f} ms  rewind plan {rewound}  "
+            f"short runs {run.short_runs}  " + "  ".join(f"{k} {v:.1f}s" for k, v in steps.items()),
             flush=True,
         )
+    if not restart:
+        up.q.stop()
+        dn.q.stop()
     print(f"[soak {label}] threads more than after the first round: {run.threads_grown}")
     print(
         f"[soak {label}] batchlog instances more than after the first round: {run.instances_grown}"
@@ -551,7 +623,9 @@ def run_connect(work: Path, args: argparse.Namespace, vanilla: bool) -> Run:
     from pyspark.sql.connect.session import SparkSession as ConnectSession
 
     jars, conf = ([], {}) if vanilla else ([batchlog.jar_path()], batchlog_server_conf())
-    proc, url = start_connect_server(work / "server", jars, {**conf, **CONFS, **SERVER_CONFS})
+    restart = args.connect_restarts
+    conf = {**conf, **CONFS, **SERVER_CONFS, **({} if restart else RUNNING_CONFS)}
+    proc, url = start_connect_server(work / "server", jars, conf)
     try:
         spark = ConnectSession.builder.remote(url).getOrCreate()
         try:
@@ -562,10 +636,15 @@ def run_connect(work: Path, args: argparse.Namespace, vanilla: bool) -> Run:
                 work / "connect",
                 args.connect_batches,
                 args.connect_round or args.round,
-                args.short_runs * args.connect_batches // args.batches
+                # Spark Connect keeps every stopped query an hour (vanilla too): short runs only
+                # with restarts, where their share of it is measured
+                0
+                if not restart
+                else args.short_runs * args.connect_batches // args.batches
                 if args.batches
                 else args.short_runs,
                 vanilla,
+                restart,
             )
         finally:
             spark.stop()
@@ -627,6 +706,8 @@ def variant_command(args: argparse.Namespace, variant: str, out: Path) -> list[s
     ]
     if args.connect_round:
         cmd += ["--connect-round", str(args.connect_round)]
+    if args.connect_restarts:
+        cmd += ["--connect-restarts"]
     if args.work:
         cmd += ["--work", str(args.work / variant)]
     if args.heap_dump and variant == "batchlog":
@@ -696,6 +777,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--connect-batches", type=int, default=2000)
     ap.add_argument(
         "--connect-round", type=int, help="batches a round over Connect (default: --round)"
+    )
+    ap.add_argument(
+        "--connect-restarts",
+        action="store_true",
+        help="over Connect too, restart both queries every round and run short runs (Spark "
+        "Connect keeps each stopped query an hour: its heap grows for that hour, vanilla's too); "
+        "by default the Connect stretch's queries run throughout",
     )
     ap.add_argument(
         "--variant",
