@@ -3,9 +3,11 @@
 called round after round in one driver (``tests/apps/ops_rounds.py``), each on a new ``SinkLog``
 and on one the driver keeps, leave as many live
 batchlog objects, Hadoop file statuses and file systems after the tenth round as after the second
-(the first two warm the caches: a log's index of its compact file, Spark's code). Counted in the
-driver's JVM from outside (``jcmd GC.class_histogram``, which collects first), as the soak
-benchmark does over thousands of batches (``bench/run soak``)."""
+(the first two warm the caches: a log's index of its compact file, Spark's code). So do calls
+that fail: a rewind refused while a query writes the sink, a damaged compact file verified and
+read, bad arguments, a path that is not a sink (each error, and what it held, goes with it).
+Counted in the driver's JVM from outside (``jcmd GC.class_histogram``, which collects first), as
+the soak benchmark does over thousands of batches (``bench/run soak``)."""
 
 from __future__ import annotations
 
@@ -35,7 +37,10 @@ def watched(counts: Counter[str]) -> dict[str, int]:
 
 
 @pytest.mark.skipif(JCMD is None, reason="needs the JDK's jcmd to count the driver's objects")
-def test_rounds_of_lookups_reads_and_dry_runs_keep_nothing(batchlog_jar: str, tmp_path: Path):
+@pytest.mark.parametrize(
+    "command", ["round", "failing"], ids=["lookups-reads-dry-runs", "calls-that-fail"]
+)
+def test_rounds_of_calls_keep_nothing(batchlog_jar: str, tmp_path: Path, command: str):
     proc = subprocess.Popen(
         [sys.executable, str(APP), str(tmp_path)],
         cwd=str(tmp_path),
@@ -60,7 +65,7 @@ def test_rounds_of_lookups_reads_and_dry_runs_keep_nothing(batchlog_jar: str, tm
 
         def rounds(n: int) -> None:
             for _ in range(n):
-                send("round", "DONE")
+                send(command, "DONE")
 
         def counted() -> dict[str, int]:
             send("settle", "SETTLED")
@@ -84,11 +89,13 @@ def test_rounds_of_lookups_reads_and_dry_runs_keep_nothing(batchlog_jar: str, tm
             left = grown()
         assert left == {}, f"live objects after round {WARM_UP} and {WARM_UP + MEASURED}: {left}"
         # the counts are of something: the driver's file system, batchlog's listener of the
-        # session, and the log the driver keeps with its cached index of the compact file
+        # session, the live query's writer guard, and (rounds that succeed) the log the driver
+        # keeps with its cached index of the compact file
         for name in (
             "org.apache.hadoop.fs.RawLocalFileSystem",
             "io.batchlog.commit.HeadStartListener",
-            "io.batchlog.log.CompactIndex",
+            "io.batchlog.commit.WriterGuard",
+            *(["io.batchlog.log.CompactIndex"] if command == "round" else []),
         ):
             assert before.get(name, 0) >= 1, (name, before)
         proc.stdin.write("exit\n")
