@@ -257,24 +257,35 @@ class Progress:
         self.q, self.what = q, what
         self.last_data = -1  # the newest batch with input rows seen
         self.rows = 0  # input rows of the batches seen
+        self.batches: list[tuple[int, float]] = []  # (batch, addBatch ms) seen, not yet taken
 
-    def until_rows(self, rows: int, timeout_s: float = 3600) -> list[tuple[int, float]]:
-        """Waits until the query has read ``rows`` in all; (batch, addBatch ms) of each batch
-        with input rows it ran meanwhile."""
-        out = []
-        deadline = time.monotonic() + timeout_s
-        while self.rows < rows:
-            if not self.q.isActive:
-                raise SystemExit(f"{self.what} stopped: {self.q.exception()}")
-            if time.monotonic() > deadline:
-                raise SystemExit(f"{self.what} read {self.rows} rows in {timeout_s} s, not {rows}")
-            time.sleep(0.5)
-            new = sorted(b for b in data_batches(self.q.recentProgress) if b[0] > self.last_data)
-            if new:
-                self.last_data = new[-1][0]
-                self.rows += sum(n for _, n, _ in new)
-                out += [(b, ms) for b, _, ms in new]
+    def poll(self) -> None:
+        if not self.q.isActive:
+            raise SystemExit(f"{self.what} stopped: {self.q.exception()}")
+        new = sorted(b for b in data_batches(self.q.recentProgress) if b[0] > self.last_data)
+        if new:
+            self.last_data = new[-1][0]
+            self.rows += sum(n for _, n, _ in new)
+            self.batches += [(b, ms) for b, _, ms in new]
+
+    def take(self) -> list[tuple[int, float]]:
+        """The batches with input rows seen since the last ``take``."""
+        out, self.batches = self.batches, []
         return out
+
+
+def until_rows(
+    target: Progress, rows: int, queries: list[Progress], timeout_s: float = 3600
+) -> None:
+    """Waits until ``target`` has read ``rows`` in all, polling every query of ``queries`` (a
+    query not polled while it runs would have its first batches gone from its progress)."""
+    deadline = time.monotonic() + timeout_s
+    while target.rows < rows:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{target.what} read {target.rows} rows in {timeout_s} s, not {rows}")
+        time.sleep(0.5)
+        for q in queries:
+            q.poll()
 
 
 def short_run(spark: Any, work: Path, k: int) -> None:
@@ -346,7 +357,8 @@ def soak(
                 await_done(q, "the upstream query")
                 lat = [(b, ms) for b, _, ms in data_batches(q.recentProgress)]
             else:
-                lat = up.until_rows((run.batches + n) * ROWS)
+                until_rows(up, (run.batches + n) * ROWS, [up, dn])
+                lat = up.take()
         if len(lat) != n:
             raise SystemExit(f"round {r}: the upstream query ran {len(lat)} batches, expected {n}")
         run.latencies += lat
@@ -355,7 +367,8 @@ def soak(
             if restart:
                 await_done(downstream(spark, sink, down, down_chk, vanilla, False), "downstream")
             else:
-                dn.until_rows(run.batches * ROWS)
+                until_rows(dn, run.batches * ROWS, [up, dn])
+                dn.take()
         rewound = "-"
         if vanilla:  # nothing of batchlog's: a plain read of the sink instead of a read by batch
             with timed(steps, "plain read"):
