@@ -12,7 +12,7 @@ One driver runs, round after round (``--round`` upstream batches each, ``--batch
 - ``--short-runs`` short availableNow query runs in all, each against a sink of its own.
 
 After each round it samples the driver JVM (the py4j gateway's JVM, or the Spark Connect server's):
-live heap after a full GC (``jcmd GC.run``, then ``GC.heap_info``), its thread count and its open
+live heap after a full GC (the objects ``jcmd GC.class_histogram`` counts), its threads and open
 file descriptors (``/proc/<pid>``); and the upstream query's ``addBatch`` duration per batch (the
 commit). The verdict: each of heap, threads and descriptors is flat (the mean of the last tenth of
 the run within 10% of the second tenth's), and the commit latency's p99 over the last tenth within
@@ -125,18 +125,20 @@ class Run:
 
 
 def jvm_sample(pid: int) -> tuple[float, int, int]:
-    """Live heap (MiB, after a full GC), threads and open file descriptors of JVM ``pid``."""
-    subprocess.run(["jcmd", str(pid), "GC.run"], check=True, capture_output=True)
-    info = subprocess.run(
-        ["jcmd", str(pid), "GC.heap_info"], check=True, capture_output=True, text=True
+    """Live heap (MiB: the bytes of every object a full GC left, as ``jcmd GC.class_histogram``
+    counts them), threads and open file descriptors of JVM ``pid``. Not the heap's "used" after a
+    ``GC.run``: read in a second call, it also counts what running queries allocated after the
+    collection (over Connect, whose queries run while it is sampled, tens of MiB)."""
+    histo = subprocess.run(
+        ["jcmd", str(pid), "GC.class_histogram"], check=True, capture_output=True, text=True
     ).stdout
-    m = re.search(r"used (\d+)K", info)
+    m = re.search(r"^Total\s+\d+\s+(\d+)", histo, re.M)
     if not m:
-        raise SystemExit(f"cannot read the heap of {pid}: {info}")
+        raise SystemExit(f"cannot read the heap of {pid}: {histo[-500:]}")
     status = Path(f"/proc/{pid}/status").read_text()
     threads = int(re.search(r"^Threads:\s+(\d+)", status, re.M).group(1))  # type: ignore[union-attr]
     fds = len(os.listdir(f"/proc/{pid}/fd"))
-    return int(m.group(1)) / 1024, threads, fds
+    return int(m.group(1)) / 2**20, threads, fds
 
 
 def thread_names(pid: int) -> Counter[str]:
