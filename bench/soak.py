@@ -603,7 +603,10 @@ def plot(runs: list[Run], file: Path) -> None:
             ax.set_ylim(bottom=0)  # after every run's line: the top fits them all
             ax.set_xlabel("upstream batches")
             ax.legend()
-    fig.suptitle("soak: one driver, query runs restarted every round; batchlog and vanilla Spark")
+    fig.suptitle(
+        "soak: one driver (py4j: query runs restarted every round; Connect: queries running);"
+        " batchlog and vanilla Spark"
+    )
     fig.tight_layout()
     file.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(file, dpi=90)
