@@ -249,3 +249,31 @@ def settle(spark: SparkSession) -> None:
         if time.monotonic() > deadline:
             raise RuntimeError("py4j's finalizer thread did not go idle in 30 s")
         time.sleep(0.05)
+
+
+#: A data file's uuid in a batch-tagged name (``part-...-batch-<b>-<uuid>...``).
+UUID = re.compile(rb"-batch-\d+-([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})")
+
+
+def rot_compact(compact: Path, batch: int, field: str) -> None:
+    """Bit rot in ``compact``: one digit of batch ``batch``'s first line changed (``field``: a
+    numeric field's first digit, or ``path``: its uuid's last digit), the file's length and
+    modification time kept, its checksum file gone (its JSON stays valid)."""
+    st = compact.stat()
+    data = bytearray(compact.read_bytes())
+    end = data.index(f',"batchId":{batch}}}'.encode())
+    start = data.rindex(b"\n", 0, end) + 1
+    line = bytes(data[start:end])
+    if field == "path":  # the uuid's last digit
+        uuid = UUID.search(line)
+        assert uuid, line
+        at = start + max(i for i in range(*uuid.span(1)) if chr(line[i]).isdigit())
+    else:
+        at = start + line.index(f'"{field}":'.encode()) + len(field) + 3  # the value's 1st digit
+    digit = chr(data[at])
+    assert digit.isdigit(), (field, digit)
+    data[at] = ord("1" if digit == "9" else str(int(digit) + 1))
+    compact.write_bytes(bytes(data))
+    compact.with_name(f".{compact.name}.crc").unlink(missing_ok=True)
+    os.utime(compact, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert compact.stat().st_size == st.st_size and compact.stat().st_mtime_ns == st.st_mtime_ns

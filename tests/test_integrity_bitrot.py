@@ -11,7 +11,6 @@ exactly once. Real Spark, real files; one pristine sink per module, restored per
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 from pathlib import Path
@@ -30,13 +29,12 @@ from reliability_support import (
     sql_conf,
     write_input,
 )
-from support import cli_here
+from support import cli_here, rot_compact
 
 spark = spark_session  # the module's session fixture
 
 ROWS_PER_FILE = 4
 DAMAGED = 4  # a batch whose lines are in 5.compact (compacts 2, 5 at interval 3)
-UUID = re.compile(rb"-batch-\d+-([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})")
 
 
 @pytest.fixture(scope="module")
@@ -59,29 +57,6 @@ def sink(base: Path) -> Path:
     shutil.rmtree(work)
     shutil.copytree(base / "saved", work, copy_function=shutil.copy2)
     return work
-
-
-def _rot(compact: Path, field: str) -> None:
-    """Changes one digit of the first line of batch ``DAMAGED``: length and mtime kept."""
-    st = compact.stat()
-    data = bytearray(compact.read_bytes())
-    tag = f',"batchId":{DAMAGED}}}'.encode()
-    end = data.index(tag)
-    start = data.rindex(b"\n", 0, end) + 1
-    line = bytes(data[start:end])
-    if field == "path":  # the uuid's last digit
-        uuid = UUID.search(line)
-        assert uuid, line
-        at = start + max(i for i in range(*uuid.span(1)) if chr(line[i]).isdigit())
-    else:
-        at = start + line.index(f'"{field}":'.encode()) + len(field) + 3  # the value's 1st digit
-    digit = chr(data[at])
-    assert digit.isdigit(), (field, digit)
-    data[at] = ord("1" if digit == "9" else str(int(digit) + 1))
-    compact.write_bytes(bytes(data))
-    compact.with_name(f".{compact.name}.crc").unlink(missing_ok=True)
-    os.utime(compact, ns=(st.st_atime_ns, st.st_mtime_ns))
-    assert compact.stat().st_size == st.st_size and compact.stat().st_mtime_ns == st.st_mtime_ns
 
 
 def _run_bytes(meta: Path) -> tuple[int, int, int]:
@@ -121,7 +96,7 @@ def test_bit_rot_is_refused_and_repaired(
     ids = [k * 1000 + i for k in range(8) for i in range(ROWS_PER_FILE)]
     original = (meta / "5.compact").read_bytes()
     start, end, count = _run_bytes(meta)
-    _rot(meta / "5.compact", field)
+    rot_compact(meta / "5.compact", DAMAGED, field)
     if not batch_file_kept:
         (meta / str(DAMAGED)).unlink()
         meta.joinpath(f".{DAMAGED}.crc").unlink(missing_ok=True)

@@ -12,7 +12,6 @@ standard input: ``round`` runs a round of calls that succeed, ``failing`` one of
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -21,7 +20,7 @@ from typing import Any
 import batchlog
 from json_inbox import SCHEMA, drop_inputs, start_partitioned_sink
 from pyspark.sql import SparkSession
-from support import await_query, get_spark, settle
+from support import await_query, get_spark, rot_compact, settle
 
 BATCHES = 7
 
@@ -32,19 +31,6 @@ def write_sink(spark: SparkSession, work: Path, name: str = "") -> tuple[str, st
     drop_inputs(inbox, BATCHES, rows=4)
     await_query(start_partitioned_sink(spark, inbox, out, chk), out)  # and its lease gone
     return out, chk
-
-
-def rot(sink: str) -> None:
-    """Bit rot in ``sink``'s ``5.compact``: one digit of batch 3's first entry's size changed,
-    the file's length and modification time kept (its JSON stays valid)."""
-    compact = Path(sink) / "_spark_metadata" / "5.compact"
-    st = compact.stat()
-    data = bytearray(compact.read_bytes())
-    at = data.index(b'"size":', data.index(b"-batch-3-")) + len(b'"size":')
-    data[at] = ord("1" if data[at] == ord("9") else chr(data[at] + 1))
-    compact.write_bytes(bytes(data))
-    compact.with_name(".5.compact.crc").unlink(missing_ok=True)
-    os.utime(compact, ns=(st.st_atime_ns, st.st_mtime_ns))
 
 
 def start_live(spark: SparkSession, work: Path) -> tuple[Any, str, str]:
@@ -132,7 +118,7 @@ def main(work: Path) -> None:
     spark.conf.set("spark.sql.streaming.fileSink.log.compactInterval", "3")
     out, chk = write_sink(spark, work)
     damaged, _ = write_sink(spark, work, "damaged-")
-    rot(damaged)
+    rot_compact(Path(damaged) / "_spark_metadata" / "5.compact", 3, "size")
     query, live, live_chk = start_live(spark, work)
     jvm = spark.sparkContext._jvm
     assert jvm is not None
