@@ -124,21 +124,30 @@ class Run:
 # ---- the JVM, seen from outside -----------------------------------------------------------------
 
 
-def jvm_sample(pid: int) -> tuple[float, int, int]:
-    """Live heap (MiB: the bytes of every object a full GC left, as ``jcmd GC.class_histogram``
-    counts them), threads and open file descriptors of JVM ``pid``. Not the heap's "used" after a
-    ``GC.run``: read in a second call, it also counts what running queries allocated after the
-    collection (over Connect, whose queries run while it is sampled, tens of MiB)."""
+def jvm_sample(pid: int) -> tuple[float, int, int, Counter[str], Counter[str]]:
+    """JVM ``pid`` after a full GC, from one ``jcmd GC.class_histogram`` (which collects first):
+    its live heap (MiB: the bytes of every object the collection left), threads and open file
+    descriptors, live instances of batchlog's classes and live bytes of every class. Lambda and
+    proxy class names are folded (``$$Lambda$12/0x...``: ``$$Lambda``), so that one kind counts
+    once. Not the heap's "used" after a ``GC.run``: read in a second call, it also counts what
+    running queries allocated after the collection (over Connect, whose queries run while it is
+    sampled, tens of MiB)."""
     histo = subprocess.run(
         ["jcmd", str(pid), "GC.class_histogram"], check=True, capture_output=True, text=True
     ).stdout
-    m = re.search(r"^Total\s+\d+\s+(\d+)", histo, re.M)
-    if not m:
+    instances: Counter[str] = Counter()
+    size: Counter[str] = Counter()
+    for m in re.finditer(r"^\s*\d+:\s+(\d+)\s+(\d+)\s+(\S+)", histo, re.M):
+        name = re.sub(r"\$\$Lambda.*", "$$Lambda", m.group(3))
+        size[name] += int(m.group(2))
+        if name.startswith("io.batchlog."):
+            instances[name] += int(m.group(1))
+    if not size:
         raise SystemExit(f"cannot read the heap of {pid}: {histo[-500:]}")
     status = Path(f"/proc/{pid}/status").read_text()
     threads = int(re.search(r"^Threads:\s+(\d+)", status, re.M).group(1))  # type: ignore[union-attr]
     fds = len(os.listdir(f"/proc/{pid}/fd"))
-    return int(m.group(1)) / 2**20, threads, fds
+    return sum(size.values()) / 2**20, threads, fds, instances, size
 
 
 def thread_names(pid: int) -> Counter[str]:
@@ -150,23 +159,6 @@ def thread_names(pid: int) -> Counter[str]:
         re.sub(r"[0-9a-f]{8}-[0-9a-f-]{27}|\d+", "N", m)
         for m in re.findall(r'^"([^"]*)"', dump, re.M)
     )
-
-
-def class_histogram(pid: int) -> tuple[Counter[str], Counter[str]]:
-    """Live instances of batchlog's classes, and live bytes of every class, in JVM ``pid``
-    (``jcmd GC.class_histogram``, which collects first). Lambda and proxy class names are folded
-    (``$$Lambda$12/0x...``: ``$$Lambda``), so that one kind counts once."""
-    histo = subprocess.run(
-        ["jcmd", str(pid), "GC.class_histogram"], check=True, capture_output=True, text=True
-    ).stdout
-    instances: Counter[str] = Counter()
-    size: Counter[str] = Counter()
-    for m in re.finditer(r"^\s*\d+:\s+(\d+)\s+(\d+)\s+(\S+)", histo, re.M):
-        name = re.sub(r"\$\$Lambda.*", "$$Lambda", m.group(3))
-        size[name] += int(m.group(2))
-        if name.startswith("io.batchlog."):
-            instances[name] += int(m.group(1))
-    return instances, size
 
 
 # ---- one round ----------------------------------------------------------------------------------
@@ -342,7 +334,7 @@ def soak(
     down, down_chk = str(work / "down"), str(work / "down-chk")
     rounds = math.ceil(batches / per_round)
     started = time.monotonic()
-    heap, threads, fds = jvm_sample(pid)
+    heap, threads, fds, _, _ = jvm_sample(pid)
     run.samples.append(Sample(0, heap, threads, fds, 0.0))
     inbox.mkdir(parents=True, exist_ok=True)
     if not restart:
@@ -415,10 +407,10 @@ def soak(
             settle(spark)
         else:
             gc.collect()
-        heap, threads, fds = jvm_sample(pid)
+        heap, threads, fds, instances, size = jvm_sample(pid)
         run.samples.append(Sample(run.batches, heap, threads, fds, time.monotonic() - started))
         run.rounds.append(steps)
-        names, (instances, size) = thread_names(pid), class_histogram(pid)
+        names = thread_names(pid)
         if r == 0:
             first_names, first_instances = names, instances
         else:
