@@ -17,6 +17,7 @@ by PID. The tests keep moto.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import socket
@@ -24,6 +25,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -377,3 +379,40 @@ class RemoteFs:
         log = self.names(f"{out}/_spark_metadata")
         names = [n for n in log if re.fullmatch(r"[0-9]+(\.compact)?", n)]
         return sorted(names, key=lambda n: int(n.split(".")[0]))
+
+
+class Store:
+    """moto with a fault file; one bucket per test (a store's refusal is remembered per bucket)."""
+
+    def __init__(self, spark: SparkSession, endpoint: str, faults: Path, log: Path) -> None:
+        self.spark = spark
+        self.endpoint = endpoint
+        self.faults = faults
+        self.log = log
+        self.client = s3_client(endpoint)
+
+    def bucket(self) -> str:
+        """A new bucket, its ``s3a://`` settings per bucket (they do not touch other tests')."""
+        name = f"copy-{uuid.uuid4().hex[:10]}"
+        self.client.create_bucket(Bucket=name)
+        hconf = self.spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
+        for k, v in s3a_conf(self.endpoint).items():
+            hconf.set(k.replace("fs.s3a.", f"fs.s3a.bucket.{name}.", 1), v)
+        hconf.set(
+            "fs.s3a.aws.credentials.provider", s3a_conf("")["fs.s3a.aws.credentials.provider"]
+        )
+        return name
+
+    def inject(self, **faults: bool | int | str) -> None:
+        self.faults.write_text(json.dumps(faults))
+
+    def uploads_in_progress(self, bucket: str) -> list[Any]:
+        return list(self.client.list_multipart_uploads(Bucket=bucket).get("Uploads", []))
+
+    def requests(self) -> list[tuple[str, str]]:
+        """(method, path) of every request the server logged so far, in order."""
+        lines = self.log.read_text(errors="replace").splitlines()
+        return [(m.group(1), m.group(2)) for m in map(REQUEST_LINE.search, lines) if m]
+
+    def get(self, bucket: str, key: str) -> bytes:
+        return bytes(self.client.get_object(Bucket=bucket, Key=key)["Body"].read())

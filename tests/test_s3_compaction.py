@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,48 +24,11 @@ from conftest import COMPACT_INTERVAL_KEY
 from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
 from servers.s3_server import SECOND_WRITER
-from storage_support import REQUEST_LINE, s3_client, s3a_conf, start_s3, stop_server
+from storage_support import Store, start_s3, stop_server
 from support import S3A_CLASSPATH, session_conf
 
 SERVER_SIDE_KEY = "spark.batchlog.compaction.serverSide"
 BIG = 15_000  # entries of batches 0 and 1: 2.compact is ~10 MiB (server-side from 8 MiB)
-
-
-class Store:
-    """moto with a fault file; one bucket per test (a store's refusal is remembered per bucket)."""
-
-    def __init__(self, spark: SparkSession, endpoint: str, faults: Path, log: Path) -> None:
-        self.spark = spark
-        self.endpoint = endpoint
-        self.faults = faults
-        self.log = log
-        self.client = s3_client(endpoint)
-
-    def bucket(self) -> str:
-        """A new bucket, its ``s3a://`` settings per bucket (they do not touch other tests')."""
-        name = f"copy-{uuid.uuid4().hex[:10]}"
-        self.client.create_bucket(Bucket=name)
-        hconf = self.spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
-        for k, v in s3a_conf(self.endpoint).items():
-            hconf.set(k.replace("fs.s3a.", f"fs.s3a.bucket.{name}.", 1), v)
-        hconf.set(
-            "fs.s3a.aws.credentials.provider", s3a_conf("")["fs.s3a.aws.credentials.provider"]
-        )
-        return name
-
-    def inject(self, **faults: bool | int) -> None:
-        self.faults.write_text(json.dumps(faults))
-
-    def uploads_in_progress(self, bucket: str) -> list[Any]:
-        return list(self.client.list_multipart_uploads(Bucket=bucket).get("Uploads", []))
-
-    def requests(self) -> list[tuple[str, str]]:
-        """(method, path) of every request the server logged so far, in order."""
-        lines = self.log.read_text(errors="replace").splitlines()
-        return [(m.group(1), m.group(2)) for m in map(REQUEST_LINE.search, lines) if m]
-
-    def get(self, bucket: str, key: str) -> bytes:
-        return bytes(self.client.get_object(Bucket=bucket, Key=key)["Body"].read())
 
 
 @pytest.fixture(scope="module")

@@ -141,6 +141,12 @@ class WriterLeaseLostError(BatchLogError):
     code = "WRITER_LEASE_LOST"
 
 
+class CommitOutcomeUnknownError(BatchLogError):
+    """A batch's log file publish failed without a definite answer; its data files are kept."""
+
+    code = "COMMIT_OUTCOME_UNKNOWN"
+
+
 def _all_errors(cls: type[BatchLogError]) -> list[type[BatchLogError]]:
     return [c for sub in cls.__subclasses__() for c in (sub, *_all_errors(sub))]
 

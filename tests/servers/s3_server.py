@@ -27,12 +27,19 @@ absent or ``{}``: none), for the server-side compaction tests:
 - ``"publish_before_complete": true``: before each ``CompleteMultipartUpload``, an object with the
   bytes ``SECOND_WRITER`` is put at its key if there is none (a second writer that published the
   same log file while the upload ran); moto then refuses an ``If-None-Match: *`` completion, as S3
-  does.
+  does;
+- ``"lose_answer": REGEX``: the first ``PutObject`` or ``CompleteMultipartUpload`` of each key that
+  REGEX matches (``re.search`` on ``bucket/key``) is applied by moto, then answered 500
+  InternalError: a store that applied a request and lost its answer (a load balancer's timeout).
+  With ``"lose_answer_times": N`` the first N such requests of the key are (each applied, or
+  refused, by moto as it would be, then answered 500: the client's retries fail too). Each lost
+  answer appends ``bucket/key <moto's status>`` to ``<FAULTS_FILE>.lost``.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 import threading
 import time
@@ -79,8 +86,38 @@ def _with_faults(faults: Path) -> int:
         start(status, [("Content-Type", "application/xml"), ("Content-Length", str(len(body)))])
         return [body]
 
+    lost: dict[str, int] = {}
+    lost_file = faults.with_name(faults.name + ".lost")
+
+    def lose_answer(environ: dict[str, Any], start: Callable[..., Any]) -> Iterable[bytes] | None:
+        """Applies a matching publish, then answers 500 (once a key); None: not one to lose."""
+        query = environ.get("QUERY_STRING", "")
+        method = environ["REQUEST_METHOD"]
+        publish = (method == "PUT" and "partNumber=" not in query and "uploadId=" not in query) or (
+            method == "POST" and "uploadId=" in query
+        )
+        f = json.loads(faults.read_text() or "{}") if publish and faults.exists() else {}
+        if not f.get("lose_answer") or "HTTP_X_AMZ_COPY_SOURCE" in environ:
+            return None
+        from urllib.parse import unquote
+
+        key = unquote(environ["PATH_INFO"]).lstrip("/")
+        if lost.get(key, 0) >= int(f.get("lose_answer_times", 1)):
+            return None
+        if not re.search(f["lose_answer"], key):
+            return None
+        lost[key] = lost.get(key, 0) + 1
+        answered: list[str] = []
+        body = b"".join(app(environ, lambda status, headers, *a: answered.append(status)))
+        with open(lost_file, "a") as out:
+            out.write(f"{key} {answered[0] if answered else '?'} {len(body)}\n")
+        return error(start, "500 Internal Server Error", "InternalError")
+
     def step(environ: dict[str, Any], start: Callable[..., Any]) -> Iterable[bytes]:
         query = environ.get("QUERY_STRING", "")
+        lost_answer = lose_answer(environ, start)
+        if lost_answer is not None:
+            return lost_answer
         if environ["REQUEST_METHOD"] == "POST" and "uploadId=" in query:
             f = json.loads(faults.read_text() or "{}") if faults.exists() else {}
             if f.get("publish_before_complete"):

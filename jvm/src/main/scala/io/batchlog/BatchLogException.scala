@@ -55,6 +55,7 @@ object BatchLogException {
   val BatchesExpired = "BATCHES_EXPIRED"
   val WriterLeaseLost = "WRITER_LEASE_LOST"
   val RepairInProgress = "REPAIR_IN_PROGRESS"
+  val CommitOutcomeUnknown = "COMMIT_OUTCOME_UNKNOWN"
 
   /** Every error code; Python's `batchlog.errors` has one exception class per code (tested). */
   val Codes: Seq[String] = Seq(
@@ -78,7 +79,8 @@ object BatchLogException {
     CheckpointInOutput,
     BatchesExpired,
     WriterLeaseLost,
-    RepairInProgress
+    RepairInProgress,
+    CommitOutcomeUnknown
   )
 
   def notASink(path: String): BatchLogException = new BatchLogException(
@@ -175,6 +177,23 @@ object BatchLogException {
       RaceCommittingBatch,
       s"Batch $batchId is already in the sink log $logPath: another query is writing to the same " +
         "sink. Stop the other query; each sink must have exactly one writer."
+    )
+
+  /**
+   * The request that publishes log file `file` failed without a definite answer (a timeout, a 5xx,
+   * a reset), and reading the store back did not find the file, or could not be done. The request
+   * may still be applied later, so the batch's data files are kept: deleting them could leave a
+   * published log file naming files that are gone.
+   */
+  def commitOutcomeUnknown(file: String, batchId: Long, cause: Throwable): BatchLogException =
+    new BatchLogException(
+      CommitOutcomeUnknown,
+      s"The publish of log file $file (batch $batchId) failed without a definite answer " +
+        s"(${cause.getClass.getSimpleName}: ${cause.getMessage}), and the store does not show " +
+        s"the file now. Batch $batchId is not committed. Its data files are kept, as a late " +
+        "application of the request could still publish them; `vacuum` removes them once no " +
+        "log file lists them. Restart the query: batch " + batchId + " runs again, exactly once.",
+      cause
     )
 
   def notACheckpoint(path: String): BatchLogException = new BatchLogException(

@@ -90,7 +90,9 @@ class BatchTaggedCommitProtocol(jobId: String, path: String)
       .map(SinkLogEntry(_, batchId))
       .toArray
     // Until the batch's log file is published its files are in no log: on a failure abortJob
-    // deletes them. Once it is published they are live: never delete them after.
+    // deletes them. Once it is published they are live: never delete them after. A publish that
+    // failed was settled by the log reading the store back (PublishOutcome): adopted if the store
+    // holds this batch's file, refused if it holds another's, unknown if it may still appear.
     val notCommitted = s"Batch $batchId was not committed; its data files are deleted."
     val added =
       try {
@@ -98,9 +100,12 @@ class BatchTaggedCommitProtocol(jobId: String, path: String)
         sinkLog.add(batchId, entries)
       } catch {
         case _: java.util.ConcurrentModificationException =>
-          // The write-once publish of log file N was refused: N is another writer's, or a rewind's
-          // claim of it. This batch's files are in no log: abortJob deletes them.
+          // Log file N is there and not this batch's: another writer's, or a rewind's claim of it.
+          // This batch's files are in no log: abortJob deletes them.
           refused(BatchLogException.raceCommittingBatch(batchId, sinkLog.metadataPath.toString))
+        case e: BatchLogException if e.code == BatchLogException.CommitOutcomeUnknown =>
+          // A late application of the publish could still list them: kept, for vacuum
+          pendingCommitFiles.clear(); throw e
         case e: Throwable if sinkLog.isLogged(batchId) => pendingCommitFiles.clear(); throw e
         case e: BatchLogException => throw e.withOutcome(notCommitted)
       }

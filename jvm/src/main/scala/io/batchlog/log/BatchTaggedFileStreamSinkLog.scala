@@ -120,16 +120,19 @@ class BatchTaggedFileStreamSinkLog(
    * error for that.
    */
   override protected def write(batchMetadataFile: Path, fn: OutputStream => Unit): Unit =
-    try storeCopy.filter(_.file == batchMetadataFile) match {
-        case Some(target) => // a compaction copying on the store ([[ObjectStoreCopy]])
-          target.publish { out => fn(out); beforePublish(batchMetadataFile) }
-        case None =>
-          LogFiles.publish(fileManager, batchMetadataFile, overwrite = false) { out =>
-            fn(out)
-            beforePublish(batchMetadataFile) // the bytes are written, not yet published
-          }
+    try {
+      publishSent = false
+      def written(out: OutputStream): Unit = {
+        fn(out)
+        beforePublish(batchMetadataFile) // the bytes are written, not yet published
+        publishSent = true
       }
-    catch {
+      storeCopy.filter(_.file == batchMetadataFile) match {
+        case Some(target) => // a compaction copying on the store ([[ObjectStoreCopy]])
+          target.publish(written)
+        case None => LogFiles.publish(fileManager, batchMetadataFile, overwrite = false)(written)
+      }
+    } catch {
       case e: org.apache.hadoop.fs.FileAlreadyExistsException =>
         throw new java.util.ConcurrentModificationException(
           s"Multiple streaming queries are concurrently using $metadataPath",
@@ -170,7 +173,7 @@ class BatchTaggedFileStreamSinkLog(
     requireNext(batchId)
     val added =
       if (isCompactionBatch(batchId, compactInterval)) compact(batchId, entries)
-      else addNewBatchByStream(batchId)(out => serialize(entries, out))
+      else publishBatchFile(batchId, entries)
     if (added) lastAdded = batchId
     if (added && isDeletingExpiredLog) deleteExpiredLog(batchId)
     added
@@ -188,8 +191,20 @@ class BatchTaggedFileStreamSinkLog(
     try {
       requireNext(batchId)
       if (isCompactionBatch(batchId, compactInterval)) compact(batchId, Array.empty)
-      else addNewBatchByStream(batchId)(out => serialize(Array.empty, out))
+      else publishBatchFile(batchId, Array.empty)
     } catch { case _: java.util.ConcurrentModificationException => false }
+
+  /**
+   * Batch file `batchId` holding `entries`; a failed publish is settled by reading the file back
+   * ([[PublishOutcome]]): the store may have applied it and lost the answer.
+   */
+  private def publishBatchFile(batchId: Long, entries: Array[SinkLogEntry]): Boolean = {
+    val bytes = new java.io.ByteArrayOutputStream()
+    serialize(entries, bytes)
+    PublishOutcome.settle(batchIdToPath(batchId), batchId, statusOf, publishSent)(
+      addNewBatchByStream(batchId)(bytes.writeTo)
+    )(st => PublishOutcome.holdsBytes(fileManager, st.getPath, bytes.toByteArray))
+  }
 
   /**
    * Called with a log file's path after its bytes are written and right before it is published (a
@@ -197,6 +212,13 @@ class BatchTaggedFileStreamSinkLog(
    * ([[io.batchlog.commit.WriterGuard.requireLease]]), which may refuse it. Nothing by default.
    */
   @volatile var beforePublish: Path => Unit = (_: Path) => ()
+
+  /**
+   * Set by [[write]] once a log file's bytes are written and its writer's last check passed: the
+   * request that publishes it is under way, and a failure from here on may have been applied
+   * ([[PublishOutcome]]); one before it published nothing.
+   */
+  @volatile private[log] var publishSent = false
 
   /** Set by a compaction for the upload that copies on the store ([[StreamingCompaction]]). */
   @volatile private[log] var storeCopy: Option[ObjectStoreCopy.Target] = None

@@ -29,6 +29,7 @@ private[batchlog] object CompactCopy {
   /** `run` of compact file `file`, whose bytes do not match `index`, compaction's copy of it. */
   final class StaleRun(val file: Path, val index: CompactIndex, val run: IndexRun, detail: String)
       extends Exception(detail)
+      with PublishOutcome.NotPublished
 
   /**
    * What [[Held]] keeps in memory at most while the runs are copied beside it: 16 MiB, the lines of

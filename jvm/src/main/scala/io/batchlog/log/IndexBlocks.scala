@@ -79,6 +79,9 @@ private[batchlog] object IndexBlocks {
    */
   final class Blocks(runs: Vector[IndexRun]) {
     private val sorted = runs.sortBy(_.offset)
+
+    /** The run that ends the compact file: the new batch's lines, if it logged any. */
+    def lastRun: Option[IndexRun] = sorted.lastOption
     private val blockBytes = sorted.grouped(RunsPerBlock).map { rs =>
       val sb = new java.lang.StringBuilder(rs.length * 40)
       rs.foreach(CompactIndex.appendRun(sb, _))

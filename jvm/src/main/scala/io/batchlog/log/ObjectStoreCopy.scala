@@ -82,8 +82,20 @@ private[batchlog] object ObjectStoreCopy extends Logging {
   /** The counters as JSON (py4j: `ObjectStoreCopy.statsJson()`). */
   def statsJson(): String = Stats.json
 
-  /** A failure of the store-side path: the upload is aborted and the client-side path runs. */
-  final class Failed(msg: String, cause: Throwable) extends Exception(msg, cause)
+  /**
+   * A failure of the store-side path before its upload could complete, or a completion refused for
+   * good: the upload is aborted, nothing is published, and the client-side path runs.
+   */
+  final class Failed(msg: String, cause: Throwable)
+      extends Exception(msg, cause)
+      with PublishOutcome.NotPublished
+
+  /**
+   * The request completing the upload failed without a definite answer (a 5xx, a timeout, a reset
+   * connection, a retry that found the upload gone), and aborting the upload failed too: the store
+   * may hold the compact file. The log reads it back ([[PublishOutcome]]).
+   */
+  final class Unanswered(msg: String, cause: Throwable) extends java.io.IOException(msg, cause)
 
   /**
    * Buckets whose store refused a ranged part copy, and when: not tried again for
@@ -224,16 +236,24 @@ private[batchlog] object ObjectStoreCopy extends Logging {
         upload.complete()
       } catch {
         case e: Throwable =>
-          try s3(
-              "abortMultipartUpload",
-              s3.build("AbortMultipartUploadRequest")(
-                "bucket" -> s3.bucket,
-                "key" -> key,
-                "uploadId" -> id
+          val aborted =
+            try {
+              s3(
+                "abortMultipartUpload",
+                s3.build("AbortMultipartUploadRequest")(
+                  "bucket" -> s3.bucket,
+                  "key" -> key,
+                  "uploadId" -> id
+                )
               )
-            )
-          catch { case NonFatal(s) => e.addSuppressed(s) }
-          throw e
+              true
+            } catch { case NonFatal(s) => e.addSuppressed(s); false }
+          e match {
+            // An aborted upload can no longer complete: that completion did not publish.
+            case u: Unanswered if aborted =>
+              throw new Failed(s"${u.getMessage}; the upload was aborted", u.getCause)
+            case _ => throw e
+          }
       }
       Stats.compactions.incrementAndGet()
     }
@@ -433,7 +453,12 @@ private[batchlog] object ObjectStoreCopy extends Logging {
           throw new org.apache.hadoop.fs.FileAlreadyExistsException(
             s"$file exists (${e.getMessage})"
           )
-        case NonFatal(e) => throw new Failed(s"completing the upload of $file failed", e)
+        case NonFatal(e) =>
+          throw new Unanswered(
+            s"completing the upload of $file failed (HTTP ${S3.statusOf(e)}): the store may " +
+              "have applied it",
+            e
+          )
       }
     }
 

@@ -127,17 +127,25 @@ trait StreamingCompaction extends Logging { self: BatchTaggedFileStreamSinkLog =
         val dir = fileSystem.makeQualified(metadataPath)
         BatchFilePrefetch(fileSystem, dir, merged.filterNot(isCompactionBatch(_, interval)))
       }
-    val added = addNewBatchByStream(batchId) { out =>
-      val w = new CompactWriter(out, crc, index, minBatch, now, readAhead)
-      try {
-        merged.foreach(w.logFile(_, rescan))
-        newEntries.foreach(w.entry)
-        endOffset = w.finish()
-      } finally w.abandon()
-      // the whole index but its compact file's status, before the compact file is published:
-      // readers that meet the compact file first wait for its index ([[CompactIndexReads]])
-      blocks = index.blocks(endOffset)
-      index.droppedMaxBatch = math.max(index.droppedMaxBatch, droppedBefore(batchId))
+    // A failed publish is settled by reading the compact file back ([[PublishOutcome]]): it is
+    // this compaction's if it has the length written and the last run's bytes (the new batch's
+    // lines, naming this job's files) have their CRC32C.
+    val added = PublishOutcome.settle(batchIdToPath(batchId), batchId, statusOf, publishSent)(
+      addNewBatchByStream(batchId) { out =>
+        val w = new CompactWriter(out, crc, index, minBatch, now, readAhead)
+        try {
+          merged.foreach(w.logFile(_, rescan))
+          newEntries.foreach(w.entry)
+          endOffset = w.finish()
+        } finally w.abandon()
+        // the whole index but its compact file's status, before the compact file is published:
+        // readers that meet the compact file first wait for its index ([[CompactIndexReads]])
+        blocks = index.blocks(endOffset)
+        index.droppedMaxBatch = math.max(index.droppedMaxBatch, droppedBefore(batchId))
+      }
+    ) { st =>
+      blocks != null &&
+      PublishOutcome.holdsRun(checkpointFileManager, st, endOffset, blocks.lastRun)
     }
     if (added) {
       val compactFile = batchIdToPath(batchId)

@@ -44,6 +44,19 @@ class FaultInjectingCheckpointFileManager(path: Path, hadoopConf: Configuration)
 
   private def check(op: String, p: Path): Unit = fault.foreach(_.maybeFire(op, p))
 
+  /**
+   * Runs `call`, with the fault checked first; a `lose` fault lets the call be applied, then throws
+   * as a client does whose answer was lost (a timeout, a 5xx behind a load balancer).
+   */
+  private def applied[T](op: String, p: Path)(call: => T): T =
+    if (!fault.exists(_.losesAnswer(op, p))) { check(op, p); call }
+    else {
+      call
+      throw new IOException(
+        s"Injected fault: lose at $op($p): the call was applied, its answer lost"
+      )
+    }
+
   override def createAtomic(
       p: Path,
       overwriteIfPossible: Boolean
@@ -52,7 +65,7 @@ class FaultInjectingCheckpointFileManager(path: Path, hadoopConf: Configuration)
     val inner = underlying.createAtomic(p, overwriteIfPossible)
     new CancellableFSDataOutputStream(inner) {
       // Closing an atomic stream renames its temp file onto `p`: the publish step.
-      override def close(): Unit = { check("rename", p); inner.close() }
+      override def close(): Unit = applied("rename", p)(inner.close())
       override def cancel(): Unit = inner.cancel()
     }
   }
@@ -63,11 +76,11 @@ class FaultInjectingCheckpointFileManager(path: Path, hadoopConf: Configuration)
     check("list", p); underlying.list(p, filter)
   }
 
-  override def mkdirs(p: Path): Unit = { check("mkdirs", p); underlying.mkdirs(p) }
+  override def mkdirs(p: Path): Unit = applied("mkdirs", p)(underlying.mkdirs(p))
 
   override def exists(p: Path): Boolean = { check("exists", p); underlying.exists(p) }
 
-  override def delete(p: Path): Unit = { check("delete", p); underlying.delete(p) }
+  override def delete(p: Path): Unit = applied("delete", p)(underlying.delete(p))
 
   override def isLocal: Boolean = underlying.isLocal
 
@@ -77,7 +90,13 @@ class FaultInjectingCheckpointFileManager(path: Path, hadoopConf: Configuration)
 object FaultInjectingCheckpointFileManager {
 
   val Ops: Set[String] = Set("createAtomic", "rename", "delete", "open", "list", "exists", "mkdirs")
-  val Actions: Set[String] = Set("fail", "stall", "await", "halt", "call")
+
+  /**
+   * `lose` applies the call, then fails it (for the calls that change the store: the rename that
+   * publishes, `delete`, `mkdirs`); on other calls it fails them as `fail` does.
+   */
+  val Actions: Set[String] = Set("fail", "stall", "await", "halt", "call", "lose")
+  private val Changing = Set("rename", "delete", "mkdirs")
 
   /**
    * What the `call` action runs, with the operation and the path of the call, before the call goes
@@ -90,8 +109,11 @@ object FaultInjectingCheckpointFileManager {
 
   private val counters = new ConcurrentHashMap[String, AtomicLong]()
 
+  /** Calls a `lose` fault applied and then failed, since the last [[reset]]. */
+  val lostAnswers = new AtomicLong()
+
   /** Forgets how many matching calls each fault has seen. */
-  def reset(): Unit = counters.clear()
+  def reset(): Unit = { counters.clear(); lostAnswers.set(0) }
 
   final private case class Fault(
       ops: Set[String],
@@ -109,13 +131,28 @@ object FaultInjectingCheckpointFileManager {
         _ => new AtomicLong()
       )
 
+    /** True if this call of a changing op is to be applied and then failed (counted as fired). */
+    def losesAnswer(calledOp: String, p: Path): Boolean =
+      action == "lose" && Changing(calledOp) && matches(calledOp, p) && {
+        val n = counter.incrementAndGet()
+        val fire = n >= nth && n - nth < times
+        if (fire) {
+          lostAnswers.incrementAndGet()
+          System.err.println(s"[batchlog-fault] lose at call $n of $calledOp($p)")
+        }
+        fire
+      }
+
+    private def matches(calledOp: String, p: Path) =
+      ops(calledOp) && regex.findFirstIn(p.toString).isDefined
+
     def maybeFire(calledOp: String, p: Path): Unit = {
-      if (!ops(calledOp) || regex.findFirstIn(p.toString).isEmpty) return
+      if (!matches(calledOp, p)) return
       val n = counter.incrementAndGet()
       if (n < nth || n - nth >= times) return
       val what = s"$action at call $n of $calledOp($p)"
       action match {
-        case "fail" => throw new IOException(s"Injected fault: $what")
+        case "fail" | "lose" => throw new IOException(s"Injected fault: $what")
         case "stall" =>
           System.err.println(s"[batchlog-fault] stalling ${stallMs} ms: $what")
           Thread.sleep(stallMs)

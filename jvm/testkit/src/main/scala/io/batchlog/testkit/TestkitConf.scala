@@ -30,7 +30,9 @@ object TestkitConf {
   /**
    * `fail` (IOException), `stall` (sleep, then go on), `await` (wait until the file
    * [[FaultAwaitFileKey]] names exists, at most the stall time, then go on), `halt` (the JVM halts,
-   * as if killed) or `call` (runs `FaultInjectingCheckpointFileManager.callback`, then goes on).
+   * as if killed), `call` (runs `FaultInjectingCheckpointFileManager.callback`, then goes on) or
+   * `lose` (a call that changes the store, the publishing `rename`, `delete`, `mkdirs`, is applied,
+   * then fails with an IOException: a store that applied a request and lost its answer).
    */
   val FaultActionKey = "spark.batchlog.test.fault.action"
 

@@ -122,6 +122,9 @@ class FaultInjectionSuite extends SparkSessionTestBase {
     assert(read.toSeq == (0 until batches).flatMap(rows).sorted)
   }
 
+  /** The first batchlog error in the cause chain of the last failure [[runWithFault]] saw. */
+  private var lastFailure: Option[io.batchlog.BatchLogException] = None
+
   private def setFault(op: String, pathRegex: String): Unit = {
     FaultInjectingCheckpointFileManager.reset()
     spark.conf.set(TestkitConf.FaultOpKey, op)
@@ -147,11 +150,12 @@ class FaultInjectionSuite extends SparkSessionTestBase {
       q = start(input, out, chk)
       input.addData(rows(cleanBatches))
       val e = intercept[StreamingQueryException](processAll(q))
+      val causes = Iterator.iterate[Throwable](e)(_.getCause).takeWhile(_ != null).toSeq
       assert(
-        Iterator.iterate[Throwable](e)(_.getCause).takeWhile(_ != null)
-          .exists(_.getMessage.contains("Injected fault")),
+        causes.exists(_.getMessage.contains("Injected fault")),
         s"the query failed for another reason: $e"
       )
+      lastFailure = causes.collectFirst { case b: io.batchlog.BatchLogException => b }
       q.stop()
     } finally clearFault()
     afterFailure(out)
@@ -172,7 +176,46 @@ class FaultInjectionSuite extends SparkSessionTestBase {
   test("a failure publishing (renaming) a batch file fails the query; a restart recovers") {
     runWithFault("rename", "_spark_metadata/3$", cleanBatches = 3) { out =>
       assert(assertNoHalfWrittenLogFile(out) == Seq("0", "1", "2.compact"))
+      assertOutcomeUnknownKeptFiles(out, batch = 3)
     }
+  }
+
+  /**
+   * The publish failed without a definite answer and the store does not show the file: the batch
+   * failed with COMMIT_OUTCOME_UNKNOWN, and its data files are kept (a late application of the
+   * request could still publish a log file naming them): orphans, in no log, for vacuum.
+   */
+  private def assertOutcomeUnknownKeptFiles(out: File, batch: Long): Unit = {
+    val orphans = Verify.run(spark, out.getPath).orphans.map(_.path)
+    assert(orphans.nonEmpty && orphans.forall(p => DataFileNaming.batchIdOf(p).contains(batch)))
+    assert(lastFailure.exists(_.code == io.batchlog.BatchLogException.CommitOutcomeUnknown))
+  }
+
+  /**
+   * Runs batches 0..cleanBatches-1, then restarts with a `lose` fault on the rename that publishes
+   * log file `pathRegex`: the store applies it and the call fails. The query must go on as if the
+   * publish had answered: the batch committed once, the next one after it, every row exactly once.
+   */
+  private def runWithLostAnswer(pathRegex: String, cleanBatches: Int): Unit = {
+    val (input, out, chk) = cleanRun(cleanBatches)
+    setFault("rename", pathRegex)
+    spark.conf.set(TestkitConf.FaultActionKey, "lose")
+    try withQuery(start(input, out, chk))(q => feed(input, q, cleanBatches to cleanBatches + 1))
+    finally clearFault()
+    assert(FaultInjectingCheckpointFileManager.lostAnswers.get == 1)
+    assertSinkHolds(out, cleanBatches + 2)
+    val report = Verify.run(spark, out.getPath)
+    assert(report.orphanCount == 0 && report.missingCount == 0, report)
+    val api = BatchLog.forPath(spark, out.getPath)
+    assert(api.files(cleanBatches.toLong).nonEmpty)
+  }
+
+  test("a batch file published with its answer lost is adopted: the batch is committed once") {
+    runWithLostAnswer("_spark_metadata/3$", cleanBatches = 3)
+  }
+
+  test("a compact file published with its answer lost is adopted: the batch is committed once") {
+    runWithLostAnswer("_spark_metadata/5\\.compact$", cleanBatches = 5)
   }
 
   test("a failure creating a compact file fails the query; a restart recovers") {
@@ -184,6 +227,7 @@ class FaultInjectionSuite extends SparkSessionTestBase {
   test("a failure publishing a compact file fails the query; a restart recovers") {
     runWithFault("rename", "_spark_metadata/2\\.compact$", cleanBatches = 2) { out =>
       assert(assertNoHalfWrittenLogFile(out) == Seq("0", "1"))
+      assertOutcomeUnknownKeptFiles(out, batch = 2)
     }
   }
 

@@ -1,0 +1,215 @@
+"""A store that applies the request publishing a log file and loses its answer: every publish
+path, each asserting that the batch is committed exactly once and that plain Spark reads exactly
+the input's rows.
+
+- the local disk and HDFS, through the test kit's fault-injecting ``CheckpointFileManager`` (the
+  rename that publishes is applied, then fails: action ``lose``), in a ``spark-submit`` driver;
+- S3 (moto behind ``s3_server.py``'s fault step): a conditional ``PutObject`` of a batch file, and
+  the ``CompleteMultipartUpload`` of a server-side compaction, each applied and answered 500; the
+  client retries, and the retry is refused because the file is there: its own.
+
+Before the fix, the refused retry read as "another writer", and the committer deleted the data
+files the published log file lists: after the restart the batch was skipped and its rows lost.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import batchlog
+import pytest
+from conftest import COMMIT_PROTOCOL_KEY, COMPACT_INTERVAL_KEY, drop_inputs, row_tuples
+from pyspark.sql import SparkSession
+from reliability_support import APPS, FAULT_MANAGER, PYTHON, REPO, spark_submit, write_input
+from storage_support import RemoteFs, Store, hdfs, start_s3, stop_server  # noqa: F401  (fixture)
+from support import QUERY_TIMEOUT_S, S3A_CLASSPATH, session_conf, wait_until
+
+BATCHES = 7  # compactInterval 3: compact files 2 and 5
+
+
+def _lost_answer_run(tmp_path: Path, out: str, chk: str, regex: str, jars: str) -> str:
+    """Runs the crash app (one input file a batch, partitioned parquet) in a ``spark-submit``
+    driver whose publishing renames of log files matching ``regex`` are applied and then fail;
+    returns its output, after asserting that it ran every batch without failing."""
+    confs = {
+        "spark.ui.enabled": "false",
+        "spark.sql.shuffle.partitions": "2",
+        COMMIT_PROTOCOL_KEY: batchlog.COMMIT_PROTOCOL_CLASS,
+        COMPACT_INTERVAL_KEY: "3",
+        "spark.hadoop.spark.sql.streaming.checkpointFileManagerClass": FAULT_MANAGER,
+        "spark.hadoop.spark.batchlog.test.fault.op": "rename",
+        "spark.hadoop.spark.batchlog.test.fault.pathRegex": regex,
+        "spark.hadoop.spark.batchlog.test.fault.action": "lose",
+    }
+    cmd = [spark_submit(), "--master", "local[2]", "--jars", jars]
+    for k, v in confs.items():
+        cmd += ["--conf", f"{k}={v}"]
+    cmd += [str(APPS / "crash_stream_app.py"), str(tmp_path / "in"), out, chk]
+    env = dict(os.environ, PYSPARK_PYTHON=PYTHON, PYSPARK_DRIVER_PYTHON=PYTHON)
+    env.pop("PYSPARK_SUBMIT_ARGS", None)
+    done = subprocess.run(
+        cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=QUERY_TIMEOUT_S
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-6000:]
+    assert f"DONE lastBatch={BATCHES - 1}" in output, output[-6000:]
+    return output
+
+
+@pytest.mark.parametrize("where", ["local", "hdfs"])
+def test_a_rename_applied_with_its_answer_lost_commits_the_batch_once(
+    spark: SparkSession,
+    tmp_path: Path,
+    testkit_jar: str,
+    where: str,
+    request: pytest.FixtureRequest,
+) -> None:
+    """Batch file 3 and compact file 5 are each published by a rename that the file system
+    applies and then fails: the query goes on, both batches are committed once, no data file is
+    deleted or left over, and plain Spark reads every input row exactly once."""
+    root = (
+        str(tmp_path) if where == "local" else f"{request.getfixturevalue('hdfs')}/{tmp_path.name}"
+    )
+    out, chk = f"{root}/out", f"{root}/chk"
+    ids = write_input(tmp_path / "in", 0, BATCHES, 4)
+    output = _lost_answer_run(
+        tmp_path,
+        out,
+        chk,
+        r"_spark_metadata/(3|5\.compact)$",
+        f"{batchlog.jar_path()},{testkit_jar}",
+    )
+    lost = [line for line in output.splitlines() if "[batchlog-fault] lose at call" in line]
+    assert len(lost) == 2 and "/3)" in lost[0] and "/5.compact)" in lost[1], lost
+
+    read = sorted(r.id for r in spark.read.parquet(out).select("id").collect())
+    assert read == sorted(ids)
+    log = batchlog.SinkLog(spark, out)
+    assert log.batches() == list(range(BATCHES))
+    fs = RemoteFs(spark, out)
+    for b in (3, 5):
+        assert log.files(b) and all(fs.exists(f) for f in log.files(b)), b
+    report = batchlog.verify(spark, out)
+    assert report.healthy and report.missing_count == 0 and report.orphan_count == 0, report
+
+
+@pytest.fixture(scope="module")
+def store(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
+    if not Path(S3A_CLASSPATH).parent.is_dir():
+        pytest.fail(f"{S3A_CLASSPATH} is missing: run `dev/setup`", pytrace=False)
+    root = tmp_path_factory.mktemp("s3lost")
+    faults = root / "faults.json"
+    faults.write_text("{}")
+    proc, endpoint, log = start_s3(root, faults=faults)
+    try:
+        yield Store(spark, endpoint, faults, log)
+    finally:
+        stop_server(proc)
+
+
+def _lost(store: Store) -> list[str]:
+    """``bucket/key status`` of each request whose answer the server lost, in order."""
+    f = store.faults.with_name(store.faults.name + ".lost")
+    return [" ".join(line.split()[:3]) for line in f.read_text().splitlines()] if f.exists() else []
+
+
+def _rows_of(batch: int) -> list[dict[str, object]]:
+    return [
+        {"id": batch * 100 + i, "country": "NL" if i % 2 else "FR", "amount": batch}
+        for i in range(3)
+    ]
+
+
+def _run_on_s3(spark: SparkSession, tmp_path: Path, out: str, chk: str) -> list[int]:
+    """Runs a partitioned parquet query over seven input files (one a batch); its batch ids."""
+    inbox = tmp_path / "in"
+    drop_inputs(inbox, {b: _rows_of(b) for b in range(BATCHES)})
+    query = (
+        spark.readStream.schema("id LONG, country STRING, amount LONG")
+        .option("maxFilesPerTrigger", 1)
+        .json(str(inbox))
+        .writeStream.format("parquet")
+        .option("checkpointLocation", chk)
+        .partitionBy("country")
+        .trigger(availableNow=True)
+        .start(out)
+    )
+    try:
+        assert query.awaitTermination(QUERY_TIMEOUT_S), f"the query on {out} ran too long"
+    finally:
+        if query.isActive:
+            query.stop()
+    assert query.exception() is None, query.exception()
+    return [int(p["batchId"]) for p in query.recentProgress]
+
+
+def _assert_committed_once(spark: SparkSession, out: str, batch: int) -> None:
+    expected = row_tuples(r for b in range(BATCHES) for r in _rows_of(b))
+    assert row_tuples(r.asDict() for r in spark.read.parquet(out).collect()) == expected
+    log = batchlog.SinkLog(spark, out)
+    fs = RemoteFs(spark, out)
+    assert log.files(batch) and all(fs.exists(f) for f in log.files(batch))
+    report = batchlog.verify(spark, out)
+    assert report.healthy and report.missing_count == 0 and report.orphan_count == 0, report
+
+
+def test_a_conditional_put_applied_with_its_answer_lost_commits_the_batch_once(
+    spark: SparkSession, store: Store, tmp_path: Path
+) -> None:
+    """Batch file 3 is one conditional PUT (If-None-Match: *): the store applies it and answers
+    500; S3A retries and the store refuses the retry (412, the file is there). The log reads the
+    file back, finds its own bytes and commits the batch; the query goes on."""
+    bucket = store.bucket()
+    out, chk = f"s3a://{bucket}/out", f"s3a://{bucket}/chk"
+    store.inject(lose_answer=rf"^{bucket}/out/_spark_metadata/3$")
+    confs = {COMMIT_PROTOCOL_KEY: batchlog.COMMIT_PROTOCOL_CLASS, COMPACT_INTERVAL_KEY: "3"}
+    try:
+        with session_conf(spark, {**confs, "spark.sql.shuffle.partitions": "1"}):
+            assert _run_on_s3(spark, tmp_path, out, chk) == list(range(BATCHES))
+    finally:
+        store.inject()
+    lost = [line for line in _lost(store) if line.startswith(f"{bucket}/")]
+    assert lost == [f"{bucket}/out/_spark_metadata/3 200 OK"], lost
+    _assert_committed_once(spark, out, 3)
+
+
+def test_a_multipart_completion_applied_with_its_answer_lost_commits_the_compaction_once(
+    spark: SparkSession, store: Store, tmp_path: Path
+) -> None:
+    """Compact file 5 is written on the store (one multipart upload: server-side compaction,
+    here from a small previous compact file) and completed with If-None-Match: *; the store
+    applies the completion and answers 500. The log reads the file back, finds its own last run
+    and commits the batch without compacting again through the driver; no upload is left open."""
+    jvm = spark._jvm
+    assert jvm is not None
+    copy = getattr(getattr(jvm.io.batchlog.log, "ObjectStoreCopy$"), "MODULE$")
+    stats = lambda: json.loads(copy.statsJson())  # noqa: E731
+    was = copy.minCompactBytes()
+    getattr(copy, "minCompactBytes_$eq")(1)  # any previous compact file is copied on the store
+    bucket = store.bucket()
+    out, chk = f"s3a://{bucket}/out", f"s3a://{bucket}/chk"
+    # every attempt's answer lost: the client's retries of the completion fail too
+    store.inject(lose_answer=rf"^{bucket}/out/_spark_metadata/5\.compact$", lose_answer_times=100)
+    before = stats()
+    confs = {COMMIT_PROTOCOL_KEY: batchlog.COMMIT_PROTOCOL_CLASS, COMPACT_INTERVAL_KEY: "3"}
+    try:
+        with session_conf(spark, {**confs, "spark.sql.shuffle.partitions": "1"}):
+            assert _run_on_s3(spark, tmp_path, out, chk) == list(range(BATCHES))
+    finally:
+        store.inject()
+        getattr(copy, "minCompactBytes_$eq")(was)
+    after = stats()
+    lost = [line for line in _lost(store) if line.startswith(f"{bucket}/")]
+    assert lost[0] == f"{bucket}/out/_spark_metadata/5.compact 200 OK", lost
+    assert after["fallbacks"] == before["fallbacks"], (before, after)  # no second compaction
+    assert store.uploads_in_progress(bucket) == []
+    wait_until(
+        lambda: RemoteFs(spark, out).exists(f"{out}/_spark_metadata/5.compact.index"),
+        30,
+        "the adopted compact file's index",
+    )
+    _assert_committed_once(spark, out, 5)
