@@ -26,7 +26,7 @@ from conftest import COMMIT_PROTOCOL_KEY, COMPACT_INTERVAL_KEY, drop_inputs, row
 from pyspark.sql import SparkSession
 from reliability_support import APPS, FAULT_MANAGER, PYTHON, REPO, spark_submit, write_input
 from storage_support import RemoteFs, Store, hdfs, start_s3, stop_server  # noqa: F401  (fixture)
-from support import QUERY_TIMEOUT_S, S3A_CLASSPATH, session_conf, wait_until
+from support import QUERY_TIMEOUT_S, S3A_CLASSPATH, cli_here, session_conf, wait_until
 
 BATCHES = 7  # compactInterval 3: compact files 2 and 5
 
@@ -213,3 +213,63 @@ def test_a_multipart_completion_applied_with_its_answer_lost_commits_the_compact
         "the adopted compact file's index",
     )
     _assert_committed_once(spark, out, 5)
+
+
+def test_uploads_left_open_under_the_log_are_reported_and_vacuumed(
+    spark: SparkSession, store: Store, tmp_path: Path
+) -> None:
+    """A driver killed during a server-side compaction leaves its multipart upload open: parts
+    stored and billed, in no listing. ``verify`` reports the uploads open under the sink's
+    ``_spark_metadata/`` and ``_batchlog/``; ``vacuum`` aborts those started before its threshold
+    (a dry run first) and never one elsewhere: under the data directories, or under another sink
+    whose name starts with this one's."""
+    bucket = store.bucket()
+    out, chk = f"s3a://{bucket}/out", f"s3a://{bucket}/chk"
+    confs = {COMMIT_PROTOCOL_KEY: batchlog.COMMIT_PROTOCOL_CLASS, COMPACT_INTERVAL_KEY: "3"}
+    with session_conf(spark, {**confs, "spark.sql.shuffle.partitions": "1"}):
+        assert _run_on_s3(spark, tmp_path, out, chk) == list(range(BATCHES))
+
+    def open_upload(key: str) -> str:
+        upload = store.client.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
+        store.client.upload_part(
+            Bucket=bucket, Key=key, UploadId=upload, PartNumber=1, Body=b"x" * 1024
+        )
+        return str(upload)
+
+    ours = {
+        open_upload("out/_spark_metadata/8.compact"): "out/_spark_metadata/8.compact",
+        open_upload("out/_batchlog/batchlog-sink.json"): "out/_batchlog/batchlog-sink.json",
+    }
+    others = {
+        open_upload(key): key
+        for key in ("out/country=FR/part-00000-big.parquet", "out2/_spark_metadata/8.compact")
+    }
+
+    def open_now() -> dict[str, str]:
+        return {u["UploadId"]: u["Key"] for u in store.uploads_in_progress(bucket)}
+
+    report = batchlog.verify(spark, out)
+    assert report.healthy
+    assert {u.upload_id: u.path for u in report.open_uploads} == {
+        u: f"s3a://{bucket}/{k}" for u, k in ours.items()
+    }
+    # (moto dates every upload 2010-11-10: a threshold of a century keeps them as recent)
+    kept = batchlog.vacuum(spark, out, older_than="36500d", dry_run=True)
+    assert kept.uploads_to_abort == [] and kept.recent_uploads == 2
+    plan = batchlog.vacuum(spark, out, older_than="1h", dry_run=True)
+    assert {u.upload_id for u in plan.uploads_to_abort} == set(ours)
+    assert open_now() == {**ours, **others}  # a dry run aborts nothing
+    shown = cli_here(spark, "verify", out)
+    assert shown.returncode == 0, shown.stderr
+    assert "open multipart uploads (S3)" in shown.stdout
+    assert f"s3a://{bucket}/out/_spark_metadata/8.compact" in shown.stdout, shown.stdout
+    shown = cli_here(spark, "vacuum", out, "--older-than", "1h")
+    assert "would abort 2 multipart uploads under the log" in shown.stdout, shown.stdout
+    assert open_now() == {**ours, **others}
+    done = batchlog.vacuum(spark, out, older_than="1h", dry_run=False)
+    assert done.aborted_uploads == 2
+    assert open_now() == others
+    assert batchlog.verify(spark, out).open_uploads == []
+    assert row_tuples(r.asDict() for r in spark.read.parquet(out).collect()) == row_tuples(
+        r for b in range(BATCHES) for r in _rows_of(b)
+    )

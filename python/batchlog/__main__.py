@@ -127,12 +127,14 @@ def cmd_vacuum(spark: SparkSession, args: argparse.Namespace) -> int:
     plan = action.plan()
     render.vacuum_plan(plan, args.older_than, dry)
     if dry:
-        if plan.candidate_files:
+        if plan.candidate_files or plan.uploads_to_abort:
             print("\nDRY RUN: nothing deleted; add --apply to delete.")
     else:
         _flush()
         r = action.execute()
         print(f"\ndeleted {r.deleted_files} orphan files ({human_bytes(r.candidate_bytes)}).")
+        if r.uploads_to_abort:
+            print(f"aborted {r.aborted_uploads} of {len(r.uploads_to_abort)} open uploads.")
     return 0
 
 
@@ -209,7 +211,9 @@ def parser() -> argparse.ArgumentParser:
     )
     s.set_defaults(fn=cmd_repair)
     s = sub.add_parser(
-        "vacuum", help="delete orphan data files (not in the log) older than a duration"
+        "vacuum",
+        help="delete orphan data files (not in the log) and abort uploads left open under the "
+        "log (S3), older than a duration",
     )
     s.add_argument("path", help="the sink's output directory")
     s.add_argument("--older-than", required=True, metavar="DURATION", help="e.g. 30m, 1h, 7d")

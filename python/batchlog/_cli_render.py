@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 from pathlib import Path
 
 from batchlog._cli_util import human_bytes, table
@@ -176,6 +177,8 @@ def verify(r: VerifyReport) -> None:
         ["symbolic links (not followed)", len(r.links), "ok; never followed or deleted"],
         ["other files (not data)", r.other_file_count, "ok; never deleted"],
     ]
+    if r.open_uploads:  # only on a store with multipart uploads (S3)
+        rows.append(["open multipart uploads (S3)", len(r.open_uploads), "ok; billed, see vacuum"])
     print()
     print(table(["check", "files", "meaning"], rows))
     for msg in r.log_errors:
@@ -197,6 +200,9 @@ def verify(r: VerifyReport) -> None:
     listed += [("outside", e.path, e.batch_id, e.reason) for e in r.foreign]
     listed += [("orphan", o.path, o.batch_id, o.size) for o in r.orphans]
     listed += [("link", p, None, "not followed") for p in r.links]
+    listed += [
+        ("upload", u.path, None, f"open since {_when(u.initiated_time)}") for u in r.open_uploads
+    ]
     if listed:
         print()
         print(
@@ -312,8 +318,22 @@ def vacuum_plan(r: VacuumReport, older_than: str, dry_run: bool) -> None:
     print(table(["orphans", "files", "size"], rows))
     for c in r.candidates[:SHOWN]:
         print(f"  {c.path}")
+    if r.uploads_to_abort or r.recent_uploads:
+        verb = "would abort" if dry_run else "to abort"
+        print(
+            f"open uploads    {verb} {len(r.uploads_to_abort)} multipart uploads under the log "
+            f"(a killed compaction's); kept {r.recent_uploads} newer than {older_than}"
+        )
+        for u in r.uploads_to_abort[:SHOWN]:
+            print(f"  {u.path}  (open since {_when(u.initiated_time)})")
     if r.other_file_count or r.skipped_links:
         print(
             f"left alone      {r.other_file_count} files not named as data files, "
             f"{len(r.skipped_links)} symbolic links (never followed)"
         )
+
+
+def _when(epoch_ms: int) -> str:
+    """A time the store reported, in UTC, to the second."""
+    t = datetime.datetime.fromtimestamp(epoch_ms / 1000, tz=datetime.timezone.utc)
+    return t.strftime("%Y-%m-%d %H:%M:%S UTC")

@@ -113,6 +113,15 @@ class LoggedFile(Report):
 
 
 @dataclasses.dataclass(frozen=True)
+class OpenUpload(Report):
+    """A multipart upload left open under the sink's log directories (S3): its parts are billed."""
+
+    path: str
+    upload_id: str
+    initiated_time: int
+
+
+@dataclasses.dataclass(frozen=True)
 class OrphanFile(LoggedFile):
     """A data file in the output directory that the log does not list."""
 
@@ -349,6 +358,7 @@ class VerifyReport(Report):
     links: list[str]
     checkpoints_in_output: list[str]
     other_file_count: int
+    open_uploads: list[OpenUpload]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -410,3 +420,6 @@ class VacuumReport(Report):
     skipped_recent: list[str]
     skipped_links: list[str]
     other_file_count: int
+    uploads_to_abort: list[OpenUpload]
+    recent_uploads: int
+    aborted_uploads: int

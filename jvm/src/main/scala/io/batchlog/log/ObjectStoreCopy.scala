@@ -106,7 +106,8 @@ private[batchlog] object ObjectStoreCopy extends Logging {
   private def bucketOf(file: Path) = s"${file.toUri.getScheme}://${file.toUri.getAuthority}"
 
   /** The object key of `p` in its bucket. */
-  private def keyOf(fs: FileSystem, p: Path) = fs.makeQualified(p).toUri.getPath.stripPrefix("/")
+  private[log] def keyOf(fs: FileSystem, p: Path): String =
+    fs.makeQualified(p).toUri.getPath.stripPrefix("/")
 
   /**
    * Whether a part copy's HTTP `status` says the store does not do ranged part copies (remembered

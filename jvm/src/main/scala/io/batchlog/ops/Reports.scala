@@ -19,6 +19,17 @@ final case class LoggedFile(path: String, size: Long, batchId: Option[Long])
 /** A data file in the output directory that the log does not list. */
 final case class OrphanFile(path: String, size: Long, batchId: Option[Long], modificationTime: Long)
 
+/**
+ * A multipart upload open under the sink's log directories (a killed compaction's, on S3): in no
+ * listing, its parts billed until it is aborted ([[io.batchlog.log.OpenUploads]]).
+ */
+final case class OpenUpload(path: String, uploadId: String, initiatedTime: Long)
+
+object OpenUpload {
+  def apply(o: io.batchlog.log.OpenUploads.Open): OpenUpload =
+    OpenUpload(o.path.toString, o.uploadId, o.initiated)
+}
+
 /** A logged file whose size on disk is not the logged one. */
 final case class SizeMismatch(path: String, size: Long, batchId: Option[Long], actualSize: Long)
 
@@ -209,7 +220,8 @@ final case class VerifyReport(
     foreign: Seq[ForeignEntry],
     links: Seq[String],
     checkpointsInOutput: Seq[String],
-    otherFileCount: Long
+    otherFileCount: Long,
+    openUploads: Seq[OpenUpload]
 )
 
 /**
@@ -271,5 +283,8 @@ final case class VacuumReport(
     skippedRunning: Seq[String],
     skippedRecent: Seq[String],
     skippedLinks: Seq[String],
-    otherFileCount: Long
+    otherFileCount: Long,
+    uploadsToAbort: Seq[OpenUpload],
+    recentUploads: Long,
+    abortedUploads: Long
 )

@@ -2,15 +2,19 @@ package io.batchlog.ops
 
 import scala.collection.mutable
 
+import org.apache.hadoop.fs.FileSystem
+
 import org.apache.spark.network.util.JavaUtils
 import org.apache.spark.sql.SparkSession
 
 import io.batchlog.{BatchLogConf, BatchLogException}
-import io.batchlog.log.BatchTaggedFileStreamSinkLog
+import io.batchlog.log.{BatchTaggedFileStreamSinkLog, OpenUploads}
 
 /**
  * Deletes orphan data files: files in a sink's output directory that its log does not list (left by
- * failed or crashed batch attempts), once older than `olderThan`. Never a live logged file, and,
+ * failed or crashed batch attempts), once older than `olderThan`; and aborts the multipart uploads
+ * left open under the sink's `_spark_metadata/` and `_batchlog/` (a killed server-side compaction
+ * on S3) started before then ([[io.batchlog.log.OpenUploads]]). Never a live logged file, and,
  * while a writer's lease is live, never a file whose batch-tagged name says it belongs to a batch
  * after the latest logged one (that batch may be running now); with no live writer those are what a
  * killed or refused writer left. Files whose names carry no batch are protected by their age only.
@@ -39,7 +43,12 @@ object Vacuum {
   }
 
   /** What a vacuum will delete: the candidates, and the report a dry run gives. */
-  final case class Plan(report: VacuumReport, toDelete: Seq[Verify.Orphan])
+  final case class Plan(
+      report: VacuumReport,
+      toDelete: Seq[Verify.Orphan],
+      toAbort: Seq[OpenUploads.Open],
+      fs: FileSystem
+  )
 
   /** Plans a vacuum of the orphans older than `olderThan`, changing nothing. */
   def plan(spark: SparkSession, sinkPath: String, olderThan: String): Plan = {
@@ -77,6 +86,8 @@ object Vacuum {
       .liveWriter(log.checkpointFileManager, meta, BatchLogConf.fenceWaitMs(spark)).isDefined
     val (running, settled) = orphans.partition(o => writerLive && o.batchId.exists(_ > latest))
     val (toDelete, recent) = settled.partition(_.modificationTime <= cutoff)
+    // Uploads a killed compaction left open; one younger than the threshold may be running now.
+    val (toAbort, recentUploads) = Verify.openUploads(fs, meta).partition(_.initiated <= cutoff)
     def bytes(fs: Seq[Verify.Orphan]) = fs.map(_.size).sum
     def paths(fs: Seq[Verify.Orphan]) = fs.take(Reports.ListLimit).map(_.path.toString)
     val report = VacuumReport(
@@ -100,9 +111,12 @@ object Vacuum {
       paths(running),
       paths(recent),
       extras.links.take(Reports.ListLimit).map(_.toString).toSeq,
-      extras.otherCount
+      extras.otherCount,
+      toAbort.map(OpenUpload(_)),
+      recentUploads.length,
+      abortedUploads = 0L
     )
-    Plan(report, toDelete)
+    Plan(report, toDelete, toAbort, fs)
   }
 
   /** Deletes the candidates of `plan` (in parallel); the report says how many went. */
@@ -113,6 +127,7 @@ object Vacuum {
       BatchLogConf.deleteParallelism(spark),
       new Progress("vacuum: deleting orphan files", quiet)
     )
-    plan.report.copy(dryRun = false, deletedFiles = deleted)
+    val aborted = plan.toAbort.count(OpenUploads.abort(plan.fs, _)).toLong
+    plan.report.copy(dryRun = false, deletedFiles = deleted, abortedUploads = aborted)
   }
 }

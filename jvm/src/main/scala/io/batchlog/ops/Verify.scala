@@ -13,7 +13,9 @@ import io.batchlog.log.{
   CompactIndex,
   DataFileNaming,
   IndexCheck,
+  JsonRecordFile,
   LogLayout,
+  OpenUploads,
   SinkLogEntry,
   SinkRecord
 }
@@ -242,7 +244,16 @@ object Verify {
       foreign.take(limit).toSeq,
       extras.links.take(limit).map(_.toString).toSeq,
       extras.checkpoints.map(_.toString),
-      extras.otherCount
+      extras.otherCount,
+      openUploads(fs, meta).map(OpenUpload(_))
     )
   }
+
+  /**
+   * The multipart uploads open under the sink's `_spark_metadata/` and `_batchlog/` (S3A; none
+   * elsewhere), oldest first ([[OpenUploads]]).
+   */
+  def openUploads(fs: FileSystem, meta: Path): Seq[OpenUploads.Open] =
+    OpenUploads.list(fs, Seq(meta, new Path(meta.getParent, JsonRecordFile.RecordDir)))
+      .getOrElse(Nil)
 }
