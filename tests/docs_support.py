@@ -62,7 +62,8 @@ BATCHLOG_NOTES: dict[str, str] = {
     "another process calls the lease dead once it has watched it unchanged for all of it",
     "spark.batchlog.writer.fenceWait": "how long rewind, takeover, repair, vacuum and a starting "
     "writer watch a lease they find before giving up (`WRITER_ACTIVE` says how long is left; a "
-    "re-run in the same session counts the time already watched)",
+    "re-run in the same session counts the time already watched); `lease`: the lease's own "
+    "timeout, the CLI's `--wait` default",
 }
 
 #: Keys batchlog reads that are not ``SQLConf`` entries (an observer class; a sink option).

@@ -177,8 +177,8 @@ def test_rewind_is_refused_while_a_query_writes_the_sink(
     qid = query_id(w.chk)
     before = log_state(w.out, w.chk)
 
-    # from the CLI (its own JVM): refused, naming the writer and the way out
-    cli = run_cli("rewind", str(w.out), "--checkpoint", str(w.chk), "--to-batch", "2")
+    # from the CLI (its own JVM, not watching): refused, naming the writer and the way out
+    cli = run_cli("rewind", str(w.out), "--checkpoint", str(w.chk), "--to-batch", "2", "--wait=0s")
     assert cli.returncode == 2, cli.stdout + cli.stderr[-3000:]
     assert "WriterActiveError" in cli.stderr and "A streaming query is writing to" in cli.stderr
     assert f"query {qid}" in cli.stderr and "driver pid" in cli.stderr
@@ -218,6 +218,64 @@ def test_a_killed_writer_holds_the_sink_until_its_lease_is_stale_or_forced(
     assert report["plan"]["force"] is True and report["result"]["toBatch"] == 1
     run_stream(spark, w.inp, w.out, w.chk)
     assert_sink_exact(spark, w.out, {b: ids_of(range(b, b + 1)) for b in range(4)})
+
+
+def test_the_cli_watches_a_killed_writers_lease_for_its_timeout_then_acts(
+    spark: SparkSession, tmp_path: Path, writers: list[Writer]
+) -> None:
+    """A CLI call is a new process, which has watched no lease: by default it watches the one it
+    finds for the lease's own timeout, saying how far it is, and then acts on a dead writer's
+    sink. With ``--wait 0s`` it refuses at once, naming only ways out that work from the CLI."""
+    w = Writer(tmp_path, {"spark.batchlog.writer.leaseTimeout": "6s"})
+    writers.append(w)
+    write_input(w.inp, 0, 4, ROWS)
+    w.wait_latest(3)
+    w.kill()
+    assert (w.out / "_batchlog" / LEASE).exists()
+    args = ("rewind", str(w.out), "--checkpoint", str(w.chk), "--to-batch", "2")
+    cli = run_cli(*args, "--dry-run", "--wait", "0s")
+    assert cli.returncode == 2, cli.stdout + cli.stderr[-3000:]
+    assert "WriterActiveError" in cli.stderr and "seen unchanged for 0 s" in cli.stderr
+    assert "(--wait 6s)" in cli.stderr and "--force" in cli.stderr, cli.stderr[-3000:]
+    assert "re-run in this session" not in cli.stderr
+    cli = run_cli(*args)
+    assert cli.returncode == 0, cli.stdout + cli.stderr[-3000:]
+    progress = [line for line in cli.stderr.splitlines() if "watching the writer lease" in line]
+    assert progress and progress[0].endswith("0 / 6 s unchanged (dead at 6 s; a refresh: alive)")
+    assert f"file:{w.out}" in progress[0], progress
+    assert "Restart the query with the same checkpoint to re-run batch 2" in cli.stdout, cli.stdout
+    run_stream(spark, w.inp, w.out, w.chk)
+    assert_sink_exact(spark, w.out, {b: ids_of(range(b, b + 1)) for b in range(4)})
+
+
+def test_a_takeover_of_a_killed_owner_lets_the_new_owner_start_at_once(
+    spark: SparkSession, tmp_path: Path, writers: list[Writer]
+) -> None:
+    """The old owner's driver was killed: its lease stays. The takeover (the CLI, watching that
+    lease for its timeout) removes it once it has moved the sink to the new owner, whose first
+    start then writes at once instead of watching a dead query's lease again."""
+    w = Writer(tmp_path, {"spark.batchlog.writer.leaseTimeout": "6s"})
+    writers.append(w)
+    write_input(w.inp, 0, 3, ROWS)
+    w.wait_latest(2)
+    w.kill()
+    lease = w.out / "_batchlog" / LEASE
+    assert json.loads(lease.read_text())["queryId"] == query_id(w.chk)
+    in_b, chk_b = tmp_path / "in-b", tmp_path / "chk-b"
+    write_input(in_b, 10, 4, ROWS)
+    with sql_conf(spark, **SINK_CONFS):  # refused as it starts (the dead query's lease stays)
+        q = start_stream(spark, in_b, w.out, chk_b)
+        with pytest.raises(StreamingQueryException, match="the sink is written by another query"):
+            q.awaitTermination(WAIT_S)
+    cli = run_cli("takeover", str(w.out), "--checkpoint", str(chk_b))
+    assert cli.returncode == 0, cli.stdout + cli.stderr[-3000:]
+    assert "watching the writer lease" in cli.stderr and "done:" in cli.stdout, cli.stdout
+    assert not lease.exists()
+    # no wait: the session does not watch a lease (fenceWait 0s), none is left to watch
+    run_stream(spark, in_b, w.out, chk_b)  # B's batches 0..2 skipped by the sink, 3 written
+    expected = {k: ids_of(range(k, k + 1)) for k in range(3)}
+    expected[3] = ids_of(range(13, 14))
+    assert_sink_exact(spark, w.out, expected)
 
 
 def test_a_rewind_under_a_running_batch_fails_the_query_before_it_commits(

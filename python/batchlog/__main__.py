@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from pyspark.sql import SparkSession
 
@@ -14,6 +16,7 @@ import batchlog
 from batchlog import _cli_render as render
 from batchlog import ops
 from batchlog._cli_util import human_bytes
+from batchlog._jvm import batchlog_package
 
 
 def _session(confs: list[str]) -> SparkSession:
@@ -145,6 +148,18 @@ def _plan_options(s: argparse.ArgumentParser) -> None:
         action="store_true",
         help="ignore a live writer lease: only for a writer known to be dead",
     )
+    _wait_option(s)
+
+
+def _wait_option(s: argparse.ArgumentParser) -> None:
+    s.add_argument(
+        "--wait",
+        default="lease",
+        metavar="DURATION",
+        help="how long to watch a writer lease it finds before it refuses (e.g. 30s, 2m): a "
+        "lease seen unchanged for its timeout is a dead writer's, a refreshed one a live "
+        "writer's (default: the lease's own timeout; 0s: do not watch)",
+    )
 
 
 def parser() -> argparse.ArgumentParser:
@@ -202,6 +217,7 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="rebuild even a healthy log; ignore a live writer lease (a writer known dead)",
     )
+    _wait_option(s)
     s.add_argument(
         "--compact-interval",
         type=int,
@@ -218,15 +234,40 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("path", help="the sink's output directory")
     s.add_argument("--older-than", required=True, metavar="DURATION", help="e.g. 30m, 1h, 7d")
     s.add_argument("--apply", action="store_true", help="delete (default: dry run)")
+    _wait_option(s)
     s.set_defaults(fn=cmd_vacuum)
     return p
+
+
+def fence_wait_key(spark: SparkSession) -> str:
+    """``spark.batchlog.writer.fenceWait``, as the JVM defines it."""
+    return str(batchlog_package(spark).BatchLogConf.FenceWaitKey())
+
+
+@contextmanager
+def _session_conf(spark: SparkSession, key: str, value: str) -> Iterator[None]:
+    """``key`` set to ``value`` on ``spark`` for the block, then as it was."""
+    before = spark.conf.get(key, None)
+    spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        if before is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, before)
 
 
 def run(spark: SparkSession, args: argparse.Namespace) -> int:
     """Runs the parsed command on ``spark``: its exit status; a batchlog error is printed to
     stderr as ``batchlog: <Error>: <message>`` (status 2)."""
     try:
-        return int(args.fn(spark, args))
+        if getattr(args, "wait", None) is None:
+            return int(args.fn(spark, args))
+        # The commands that fence a writer watch its lease themselves: a CLI call is a new
+        # process, which has watched nothing yet (a session keeps what it has watched).
+        with _session_conf(spark, fence_wait_key(spark), args.wait):
+            return int(args.fn(spark, args))
     except batchlog.BatchLogError as e:
         print(f"batchlog: {type(e).__name__}: {e}", file=sys.stderr)
         return 2

@@ -125,22 +125,33 @@ object BatchLogConf {
    * writer) watches a writer lease it finds before it gives up. A lease is dead only once this
    * process has seen it unchanged for the lease's whole timeout (no two hosts' clocks are compared,
    * [[io.batchlog.log.LeaseWatch]]); with the default `0s` nothing waits, and the `WRITER_ACTIVE`
-   * error says how much longer to watch (a re-run in the same session counts the time already
-   * seen).
+   * error says how long to watch (a re-run in the same session counts the time already seen).
+   * `lease`: the found lease's own timeout, the wait that tells a dead writer from a live one (the
+   * CLI's default).
    */
   private val FenceWaitDefault = "0s"
   val FenceWaitKey: String = key(
     "spark.batchlog.writer.fenceWait",
     "How long rewind, takeover, repair and vacuum watch a writer lease they find before they give " +
-      "up: a lease is dead once this process has seen it unchanged for the lease's timeout.",
+      "up: a lease is dead once this process has seen it unchanged for the lease's timeout. " +
+      "`lease`: that timeout, as the writer set it (the CLI's --wait default).",
     Some(FenceWaitDefault)
   )
 
+  /** [[fenceWaitMs]] of `lease`: watch a lease for its own timeout. */
+  val FenceWaitLease: Long = -1L
+
   def fenceWaitMs(spark: SparkSession): Long = {
     val v = spark.conf.getOption(FenceWaitKey).getOrElse(FenceWaitDefault)
-    scala.util.Try(JavaUtils.timeStringAsMs(v)).filter(_ >= 0).getOrElse(
-      throw BatchLogException.invalidArgument(FenceWaitKey, v, "it must be a duration such as 2m")
-    )
+    if (v.trim == "lease") FenceWaitLease
+    else
+      scala.util.Try(JavaUtils.timeStringAsMs(v)).filter(_ >= 0).getOrElse(
+        throw BatchLogException.invalidArgument(
+          FenceWaitKey,
+          v,
+          "it must be a duration such as 2m, or `lease` (the lease's own timeout)"
+        )
+      )
   }
 
   private def duration(key: String, v: String, example: String): Long =

@@ -252,10 +252,10 @@ object BatchLogException {
         s"which this process has seen unchanged for ${unchangedMs / 1000} s; a lease is dead " +
           s"once seen unchanged for its timeout, ${timeoutMs / 1000} s (" +
           s"${BatchLogConf.WriterLeaseTimeoutKey} of the writer; no two hosts' clocks are " +
-          s"compared). If the query is dead (its driver was killed), re-run in this session after " +
-          s"${math.max(1L, (timeoutMs - unchangedMs + 999) / 1000)} s, or set " +
-          s"${BatchLogConf.FenceWaitKey}=${(timeoutMs + 999) / 1000}s to wait for it, or pass " +
-          "--force (force=True)"
+          s"compared). If the query is dead (its driver was killed), watch its lease for its " +
+          s"timeout: the CLI does by default (--wait ${(timeoutMs + 999) / 1000}s); a session " +
+          s"with ${BatchLogConf.FenceWaitKey}=lease (or ${(timeoutMs + 999) / 1000}s). Or give " +
+          "up the lease rule with --force (force=True) if you know it is dead"
       }
     new BatchLogException(
       WriterActive,

@@ -46,8 +46,8 @@ class LeaseWatchSuite extends SparkSessionTestBase {
           assert(m.contains("A streaming query is writing to"), m)
           assert(m.contains("query q (run run-1, driver pid 42 on elsewhere, batch 7)"), m)
           assert(m.contains("which this process has seen unchanged for 0 s"), m)
-          assert(m.contains("re-run in this session after 60 s"), m)
-          assert(m.contains("spark.batchlog.writer.fenceWait=60s"), m)
+          assert(m.contains("the CLI does by default (--wait 60s)"), m)
+          assert(m.contains("spark.batchlog.writer.fenceWait=lease (or 60s)"), m)
           clock.advance(Minute - 1)
           assert(refused(fm, meta).contains("seen unchanged for 59 s"))
           clock.advance(1)
@@ -83,6 +83,41 @@ class LeaseWatchSuite extends SparkSessionTestBase {
         WriterFence.refuseLiveWriter(fm, meta, force = true)
         WriterLease.delete(fm, meta)
         assert(WriterFence.liveWriter(fm, meta).isEmpty)
+      }
+    }
+  }
+
+  test("a wait of `lease` watches a lease for its own timeout, saying how far it is") {
+    withTempDir { root =>
+      val meta = metaOf(root)
+      val fm = fmOf(meta)
+      val clock = new ManualClock()
+      Clock.using(clock) {
+        WriterLease.write(fm, meta, lease(0L, 5L))
+        val seen = scala.collection.mutable.ArrayBuffer.empty[(Long, Long)]
+        val path = WriterLease.path(meta).toString
+        val verdict =
+          LeaseWatch.watch(path, BatchLogConf.FenceWaitLease, clock, (u, t) => seen += ((u, t))) {
+            () => WriterLease.read(fm, meta)
+          }
+        assert(verdict == LeaseWatch.NoWriter) // unchanged for its whole timeout: dead
+        assert(seen.toSeq == Seq(0L, 15000L, 30000L, 45000L).map(_ -> Minute), seen)
+        // a refreshed one is live as soon as the refresh is seen
+        WriterLease.write(fm, meta, lease(0L, 6L))
+        clock.onSleep = _ => WriterLease.write(fm, meta, lease(0L, 7L))
+        LeaseWatch.watch(path, BatchLogConf.FenceWaitLease, clock)(() =>
+          WriterLease.read(fm, meta)
+        ) match {
+          case LeaseWatch.Live(_, _, refreshed) => assert(refreshed)
+          case other => fail(s"a refreshed lease judged $other")
+        }
+      }
+      withSQLConf(BatchLogConf.FenceWaitKey -> "lease") {
+        assert(BatchLogConf.fenceWaitMs(spark) == BatchLogConf.FenceWaitLease)
+      }
+      withSQLConf(BatchLogConf.FenceWaitKey -> "soon") {
+        val e = intercept[BatchLogException](BatchLogConf.fenceWaitMs(spark))
+        assert(e.getMessage.contains("or `lease` (the lease's own timeout)"), e.getMessage)
       }
     }
   }

@@ -50,12 +50,18 @@ object LeaseWatch {
   final case class Live(lease: WriterLease, unchangedMs: Long, refreshed: Boolean) extends Verdict
 
   /**
-   * Watches the lease `read()` returns for up to `waitMs`: [[NoWriter]] when it is absent, or once
-   * it has been seen unchanged for its timeout; [[Live]] as soon as it changes (a refresh: the
-   * writer lives), or when the wait ends first. Polled every quarter of the lease's timeout (its
-   * refresh interval), so a refresh is seen within one interval.
+   * Watches the lease `read()` returns for up to `waitMs` (negative: the lease's own timeout):
+   * [[NoWriter]] when it is absent, or once it has been seen unchanged for its timeout; [[Live]] as
+   * soon as it changes (a refresh: the writer lives), or when the wait ends first. Polled every
+   * quarter of the lease's timeout (its refresh interval), so a refresh is seen within one
+   * interval. Before each wait, `waiting(unchangedMs, timeoutMs)` is told how far it is.
    */
-  def watch(file: String, waitMs: Long, clock: Clock)(read: () => Option[WriterLease]): Verdict = {
+  def watch(
+      file: String,
+      waitMs: Long,
+      clock: Clock,
+      waiting: (Long, Long) => Unit = (_, _) => ()
+  )(read: () => Option[WriterLease]): Verdict = {
     val start = clock.nanoTime()
     var first: Option[WriterLease] = None
     var verdict: Verdict = null
@@ -68,10 +74,13 @@ object LeaseWatch {
           else if (unchanged >= l.timeoutMs) verdict = NoWriter
           else {
             first = Some(l)
-            val left = waitMs - clock.elapsedMs(start)
             val needed = l.timeoutMs - unchanged
+            val left = if (waitMs < 0) needed else waitMs - clock.elapsedMs(start)
             if (left <= 0 || left < needed) verdict = Live(l, unchanged, refreshed = false)
-            else clock.sleepMs(math.max(1L, math.min(needed, l.timeoutMs / 4)))
+            else {
+              waiting(unchanged, l.timeoutMs)
+              clock.sleepMs(math.max(1L, math.min(needed, l.timeoutMs / 4)))
+            }
           }
       }
     }

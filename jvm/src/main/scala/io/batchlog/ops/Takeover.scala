@@ -1,5 +1,7 @@
 package io.batchlog.ops
 
+import org.apache.hadoop.fs.Path
+
 import org.apache.spark.sql.SparkSession
 import io.batchlog.shim.CheckpointFileManager
 
@@ -10,7 +12,8 @@ import io.batchlog.log.{
   CompactIndex,
   RewindIntent,
   SinkOwner,
-  SinkRecord
+  SinkRecord,
+  WriterLease
 }
 
 /**
@@ -112,8 +115,18 @@ object Takeover {
         case None => SinkRecord.first(plan.queryId, plan.fromBatch, plan.compactInterval, now)
       }
     } finally release(fm, log, next)
+    removeOtherLease(fm, meta, plan.queryId)
     plan.report(dryRun, done = true)
   }
+
+  /**
+   * The lease of a query other than the new owner, which the plan judged dead (or the takeover was
+   * forced past): removed, so that the new owner starts at once instead of watching it for its
+   * timeout again. Its writer, if it were alive after all, is refused at its next commit (the epoch
+   * moved) and writes nothing more.
+   */
+  private def removeOtherLease(fm: CheckpointFileManager, meta: Path, newOwner: String): Unit =
+    if (WriterLease.read(fm, meta).exists(_.queryId != newOwner)) WriterLease.delete(fm, meta)
 
   /** Removes the claim of log id `id` (an empty batch file, or a compact file and its index). */
   private def release(

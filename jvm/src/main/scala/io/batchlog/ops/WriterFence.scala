@@ -28,12 +28,19 @@ object WriterFence {
       waitMs: Long = 0L,
       clock: Clock = Clock.current
   ): Option[LeaseWatch.Live] =
-    LeaseWatch.watch(WriterLease.path(meta).toString, waitMs, clock) { () =>
+    LeaseWatch.watch(WriterLease.path(meta).toString, waitMs, clock, watching(meta)) { () =>
       WriterLease.read(fm, meta).filterNot(l => WriterGuard.isDeadHere(l.runId))
     } match {
       case l: LeaseWatch.Live => Some(l)
       case LeaseWatch.NoWriter => None
     }
+
+  /** The progress of a wait on a lease, on stderr as every long operation's. */
+  private def watching(meta: Path)(unchangedMs: Long, timeoutMs: Long): Unit =
+    System.err.println(
+      s"[batchlog] watching the writer lease of ${meta.getParent}: ${unchangedMs / 1000} / " +
+        s"${timeoutMs / 1000} s unchanged (dead at ${timeoutMs / 1000} s; a refresh: alive)"
+    )
 
   /** Fails with `WRITER_ACTIVE` unless the lease is absent or seen dead, or `force`. */
   def refuseLiveWriter(
