@@ -278,6 +278,78 @@ def test_a_takeover_of_a_killed_owner_lets_the_new_owner_start_at_once(
     assert_sink_exact(spark, w.out, expected)
 
 
+def _paused(w: Writer) -> None:
+    """SIGSTOPs the writer's driver (its process group: the JVM and its Python)."""
+    os.killpg(w.proc.pid, signal.SIGSTOP)
+
+
+def _resumed(w: Writer) -> None:
+    os.killpg(w.proc.pid, signal.SIGCONT)
+
+
+def test_a_writer_paused_between_batches_and_fenced_leaves_nothing_to_do_by_hand(
+    spark: SparkSession, tmp_path: Path, writers: list[Writer]
+) -> None:
+    """The zombie of the runbook, for real: a driver paused (SIGSTOP) past its lease, a rewind
+    from the CLI (which watches the lease for its timeout: no --force), the driver resumed. It
+    plans its next batch on the rewound checkpoint (``offsets/4`` above a gap, the file source's
+    ``sources/0/4``), stops with WRITER_LEASE_LOST and removes its own lease. Restarting the same
+    query then removes what it planned and replays batches 2..4 exactly once: no file is deleted
+    by hand, no command is run twice."""
+    w = Writer(tmp_path, {"spark.batchlog.writer.leaseTimeout": "4s"})
+    writers.append(w)
+    write_input(w.inp, 0, 4, ROWS)
+    w.wait_latest(3)
+    _paused(w)
+    try:
+        cli = run_cli("rewind", str(w.out), "--checkpoint", str(w.chk), "--to-batch", "2")
+        assert cli.returncode == 0, cli.stdout + cli.stderr[-3000:]
+        assert "watching the writer lease" in cli.stderr
+        write_input(w.inp, 4, 1, ROWS)  # what the zombie finds when it wakes up
+    finally:
+        _resumed(w)
+    assert w.proc.wait(timeout=WAIT_S) == 3, w.output()[-5000:]
+    out = w.output()
+    assert "QUERY-FAILED" in out and "no longer holds its writer lease" in out, out[-5000:]
+    assert not (w.out / "_batchlog" / LEASE).exists()  # removed by the zombie itself
+    offsets = w.chk / "offsets"
+    assert (offsets / "4").exists() and not (offsets / "3").exists()  # planned above the gap
+    assert_sink_exact(spark, w.out, {b: ids_of(range(b, b + 1)) for b in range(2)})
+    run_stream(spark, w.inp, w.out, w.chk)
+    assert_sink_exact(spark, w.out, {b: ids_of(range(b, b + 1)) for b in range(5)})
+
+
+def test_a_writer_paused_mid_task_and_fenced_stops_with_writer_lease_lost(
+    spark: SparkSession, tmp_path: Path, writers: list[Writer]
+) -> None:
+    """A driver paused in the middle of a batch's task (its part file half written), past its
+    lease; a rewind from the CLI deletes that file; the driver resumed. Its task fails on the
+    file that is gone, and the query stops with WRITER_LEASE_LOST, the error that says what
+    happened and what to do, not with the task's symptom (TASK_WRITE_FAILED). Its lease goes;
+    the restart replays exactly once."""
+    w = Writer(tmp_path, {"spark.batchlog.writer.leaseTimeout": "4s"})
+    writers.append(w)
+    write_input(w.inp, 0, 4, ROWS)
+    w.wait_latest(3)
+    (w.control / "hold-4001").touch()  # the second row of batch 4: its file is open
+    write_input(w.inp, 4, 1, ROWS)
+    assert poll(lambda: (w.control / "held-4001").exists(), WAIT_S), w.output()[-5000:]
+    _paused(w)
+    try:
+        cli = run_cli("rewind", str(w.out), "--checkpoint", str(w.chk), "--to-batch", "2")
+        assert cli.returncode == 0, cli.stdout + cli.stderr[-3000:]
+        (w.control / "go-4001").touch()
+    finally:
+        _resumed(w)
+    assert w.proc.wait(timeout=WAIT_S) == 3, w.output()[-5000:]
+    failed = [line for line in w.output().splitlines() if line.startswith("QUERY-FAILED")]
+    assert failed and "no longer holds its writer lease" in failed[-1], failed
+    assert "TASK_WRITE_FAILED" not in failed[-1], failed[-1][:3000]
+    assert not (w.out / "_batchlog" / LEASE).exists()
+    run_stream(spark, w.inp, w.out, w.chk)
+    assert_sink_exact(spark, w.out, {b: ids_of(range(b, b + 1)) for b in range(5)})
+
+
 def test_a_rewind_under_a_running_batch_fails_the_query_before_it_commits(
     spark: SparkSession, tmp_path: Path, writers: list[Writer]
 ) -> None:

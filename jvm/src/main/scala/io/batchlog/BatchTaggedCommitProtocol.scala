@@ -129,7 +129,10 @@ class BatchTaggedCommitProtocol(jobId: String, path: String)
   /**
    * The batch failed (a task, or its commit): its committed tasks' files are deleted, and the run
    * ends here ([[WriterGuard.abortRun]]): Spark ends the query with the failure, and the run's
-   * lease goes before the failure reaches the caller.
+   * lease goes before the failure reaches the caller. If the run was fenced meanwhile (its lease
+   * lost, the sink rewound or taken over), that is the failure reported ([[WriterGuard.
+   * fencedError]]): a task of a writer paused and fenced in the middle of its batch fails on a file
+   * the rewind deleted, a symptom that says neither what happened nor what to do.
    */
   override def abortJob(jobContext: JobContext): Unit = uninterruptibly {
     val pending = synchronized {
@@ -139,8 +142,12 @@ class BatchTaggedCommitProtocol(jobId: String, path: String)
       if (pendingCommitFiles != null) pendingCommitFiles.clear()
       files
     }
+    val fenced = if (guard == null || guard.isEnded) None else guard.fencedError(batchId)
     try deleteFiles(pending, jobConf, s"aborted batch $batchId")
     finally if (guard != null) guard.abortRun()
+    fenced.foreach { e =>
+      throw e.withOutcome(s"Batch $batchId was not committed; its data files are deleted.")
+    }
   }
 
   /**

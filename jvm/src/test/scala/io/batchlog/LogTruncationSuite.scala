@@ -5,7 +5,7 @@ import java.io.File
 import org.apache.hadoop.fs.Path
 
 import io.batchlog.log.{CompactIndex, LogFormat, LogTruncation}
-import io.batchlog.ops.JsonField
+import io.batchlog.log.JsonField
 
 /**
  * Cutting a compactible log back to a batch ([[LogTruncation]]), on log files written by hand in a

@@ -6,7 +6,7 @@ import org.apache.spark.sql.SparkSession
 import io.batchlog.shim.CheckpointFileManager
 
 import io.batchlog.BatchLogException
-import io.batchlog.checkpoint.QueryCheckpoint
+import io.batchlog.checkpoint.{QueryCheckpoint, StrayBatches}
 import io.batchlog.log.{BatchTaggedFileStreamSinkLog, RepairIntent, RewindIntent, SinkRecord}
 
 /**
@@ -65,6 +65,30 @@ object HeadStart {
           latest
         )
       )
+    }
+  }
+
+  /**
+   * What a fenced zombie of the query `queryId` planned on its rewound checkpoint `checkpointRoot`
+   * (batches above a gap in `offsets/`, [[StrayBatches]]), removed before the query's first batch
+   * when the query owns the sink at `output`: without it Spark's restart fails (it reads the
+   * missing `offsets/N-1`) and a file source would skip the files logged there for good. The ids
+   * removed; none for a query that does not own the sink (it is refused) or has no strays.
+   */
+  def healStrays(
+      spark: SparkSession,
+      output: String,
+      checkpointRoot: String,
+      queryId: String
+  ): Seq[Long] = {
+    val meta =
+      try BatchTaggedFileStreamSinkLog.metadataPathOf(spark, output)
+      catch { case e: BatchLogException if e.code == BatchLogException.NotASink => return Nil }
+    val fm = CheckpointFileManager.create(meta, spark.sessionState.newHadoopConf())
+    if (!SinkRecord.read(fm, meta).flatMap(_.owner).exists(_.queryId == queryId)) Nil
+    else {
+      val latest = new BatchTaggedFileStreamSinkLog(spark, meta.toString).getLatestBatchId()
+      StrayBatches.heal(spark, new QueryCheckpoint(spark, checkpointRoot), latest.getOrElse(-1L))
     }
   }
 

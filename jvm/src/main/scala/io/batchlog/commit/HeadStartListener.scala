@@ -52,20 +52,17 @@ final class HeadStartListener private (spark: SparkSession)
           val query = w.streamingQuery
           query.sink match {
             case sink: FileStreamSink =>
-              HeadStart
-                .refusal(
-                  spark,
-                  HeadStartListener.pathOf(sink),
-                  query.resolvedCheckpointRoot,
-                  event.id.toString
-                )
-                .foreach { e =>
+              val output = HeadStartListener.pathOf(sink)
+              val checkpoint = query.resolvedCheckpointRoot
+              HeadStart.refusal(spark, output, checkpoint, event.id.toString) match {
+                case Some(e) =>
                   val error = e.withOutcome(
                     "No batch ran: the sink and the checkpoint's offsets and commits are unchanged."
                   )
                   logError(error.getMessage)
                   HeadStartListener.failBeforeFirstBatch(query, event, error)
-                }
+                case None => HeadStart.healStrays(spark, output, checkpoint, event.id.toString)
+              }
             case _ =>
           }
         case _ =>

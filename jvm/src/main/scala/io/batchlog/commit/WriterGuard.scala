@@ -87,6 +87,13 @@ final class WriterGuard private (
   @volatile private var lastRefreshNanos = 0L
   @volatile private var refreshes = 0L
 
+  /**
+   * The version ([[WriterLease.refreshes]]) of this run's last lease write known to have landed in
+   * time: a file holding it was written by no one since. A later version of this run's (a refresh
+   * that landed late, or whose answer was lost) may have replaced another writer's lease.
+   */
+  @volatile private var lastOnTime = -1L
+
   /** Why the keeper no longer holds the lease (a failed refresh, the lease taken), if so. */
   @volatile private var lost: Option[String] = None
 
@@ -142,6 +149,7 @@ final class WriterGuard private (
     }
     replaced = found.map(_.runId).filter(_ != runId)
     lastRefreshNanos = writeLease()
+    lastOnTime = refreshes
     taggedLog.beforePublish = (file: Path) => requireLease(currentBatch)
     keeping = true
   }
@@ -278,7 +286,7 @@ final class WriterGuard private (
     } else {
       val started = writeLease()
       val landed = clock.elapsedMs(previous)
-      if (landed <= limit) lastRefreshNanos = started
+      if (landed <= limit) { lastRefreshNanos = started; lastOnTime = refreshes }
       else {
         lost = Some(
           s"a refresh of its lease ${WriterLease.path(meta)} landed ${landed / 1000.0} s after " +
@@ -301,26 +309,31 @@ final class WriterGuard private (
    * removed if it still names this run. The watcher calls it once the query's thread ended; the
    * committer calls it sooner, on the query's thread, when a batch failed ([[abortRun]]).
    *
-   * The lease is removed only while it is surely alive, as a commit is made ([[requireLease]]):
-   * after a stall past that (a pause, a hung request), an observer may have called it dead and a
-   * new writer may own the file by the time this delete lands. A stale lease left behind is taken
-   * over by the next writer after the timeout. Waits at most `waitMs` for a refresh in flight; if
-   * one is still going then, the watcher removes the lease after it, once the query's thread ends.
+   * The lease is removed while it still holds this run's last version known to have landed in time
+   * ([[lastOnTime]]), read right before the delete: only this run writes its run id, and no one
+   * wrote the file since that version, however long ago it was (a run fenced after a pause past its
+   * lease removes it too, so that the next command or start need not watch a dead run's lease for
+   * its timeout). A lease another writer took meanwhile names that writer's run and stays; so does
+   * a later version of this run's (a refresh that landed late may have replaced another writer's
+   * lease, which that writer takes back). (A delete that hangs past another writer's takeover and
+   * then lands removes that writer's lease: its next refresh sees it gone, and it stops loudly at
+   * its next batch; `WriterFencingSuite`.) Waits at most `waitMs` for a refresh in flight; if one
+   * is still going then, the watcher removes the lease after it, once the query's thread ends.
    */
   private def endRun(waitMs: Long): Unit = {
     ended = true // refused from now on, before its lease goes
     if (keeping && leaseLock.tryLock(waitMs, TimeUnit.MILLISECONDS)) {
       try
-        if (WriterLease.read(fm, meta).exists(_.runId == runId)) {
+        if (WriterLease.read(fm, meta).exists(l => l.runId == runId && l.refreshes == lastOnTime)) {
           val age = clock.elapsedMs(lastRefreshNanos)
-          if (age <= WriterLease.selfFenceMs(timeoutMs)) WriterLease.delete(fm, meta)
-          else {
+          if (age > WriterLease.selfFenceMs(timeoutMs)) {
             logWarning(
-              s"Left the writer lease of $sink in place: this run's last refresh started " +
-                s"${age / 1000.0} s ago, so another writer may own it by now; the next " +
-                s"writer takes it over once it has been unchanged for ${timeoutMs / 1000.0} s"
+              s"Removing the writer lease of $sink, which still names this run, whose last " +
+                s"refresh started ${age / 1000.0} s ago (a lease may go unrefreshed " +
+                s"${WriterLease.selfFenceMs(timeoutMs) / 1000.0} s)"
             )
           }
+          WriterLease.delete(fm, meta)
         }
       catch {
         case e: Exception => logWarning(s"Could not remove the writer lease of $sink", e)
@@ -337,6 +350,28 @@ final class WriterGuard private (
    * rewinding or deleting the sink. Waits at most one second for a refresh in flight.
    */
   def abortRun(): Unit = endRun(1000L)
+
+  /** True once the run ended ([[endRun]]): it refuses every batch and commit. */
+  def isEnded: Boolean = ended
+
+  /**
+   * Why this run may no longer write the sink, if it may not: its lease is lost ([[requireLease]]),
+   * or the sink's record names another owner or a moved epoch (a rewind, takeover or repair). Asked
+   * by a failed batch before the run ends: a batch that failed because the sink was changed under
+   * it (a task's file deleted by a rewind, say) reports that, not the symptom it met.
+   */
+  def fencedError(batchId: Long): Option[BatchLogException] =
+    try {
+      requireLease(batchId)
+      record.read() match {
+        case Some(r) => checkOwner(r, batchId); checkEpoch(r, batchId)
+        case None =>
+      }
+      None
+    } catch {
+      case e: BatchLogException => Some(e)
+      case _: java.io.IOException => None // the store cannot say: the batch's own error stands
+    }
 
   /** The watcher's check of the lease, and its refresh while the lease is this run's. */
   private def keep(queryThread: Thread, lose: String => Unit): Unit =

@@ -9,10 +9,11 @@ import org.apache.spark.sql.SparkSession
 import io.batchlog.shim.CheckpointFileManager
 
 import io.batchlog.{BatchLogConf, BatchLogException}
-import io.batchlog.checkpoint.{QueryCheckpoint, StateFiles}
+import io.batchlog.checkpoint.{QueryCheckpoint, StateFiles, StrayBatches}
 import io.batchlog.log.{
   BatchTaggedFileStreamSinkLog,
   DataFileNaming,
+  JsonField,
   LogFormat,
   LogLayout,
   LogTruncation,
@@ -122,10 +123,14 @@ object Rewind {
     val commits = cp.commitIds
     val offsetsLatest = offsets.lastOption.getOrElse(-1L)
     val commitsLatest = commits.lastOption.getOrElse(-1L)
-    if (intent.isEmpty && (sinkLatest > offsetsLatest || sinkLatest < offsetsLatest - 1)) {
+    // Spark plans batches in order: one planned above a gap is no progress of the query, but what
+    // a fenced zombie planned on a rewound checkpoint (its next batch id, after the rewind removed
+    // the ones between). The cut removes it with everything else above the target.
+    val planned = StrayBatches.plannedLatest(offsets, sinkLatest)
+    if (intent.isEmpty && (sinkLatest > planned || sinkLatest < planned - 1)) {
       throw BatchLogException.unsupportedCheckpoint(
         cp.root.toString,
-        s"it has planned batches up to $offsetsLatest but the sink $sink has committed up to " +
+        s"it has planned batches up to $planned but the sink $sink has committed up to " +
           s"$sinkLatest: they are not the checkpoint and sink of one query"
       )
     }
@@ -149,10 +154,10 @@ object Rewind {
         "it is missing inside the retained range (async progress tracking writes sparse logs)"
       )
     }
-    if (toBatch > 0 && toBatch <= offsetsLatest + 1) {
+    if (toBatch > 0 && toBatch <= planned + 1) {
       require(toBatch - 1, offsets, "offsets"); require(toBatch - 1, commits, "commits")
     }
-    val atN = if (toBatch <= offsetsLatest) {
+    val atN = if (toBatch <= planned) {
       require(toBatch, offsets, "offsets"); Some(cp.offsets(toBatch))
     } else None
 

@@ -232,31 +232,38 @@ class WriterFencingSuite extends SparkSessionTestBase with RewindFixture {
     }
   }
 
-  test("a run whose watcher stalled past its lease's age at the end leaves the lease in place") {
-    // The run ends after its watcher went 61 s (on its own clock) without a refresh: more than the
-    // 45 s a 60 s lease may go without one. By then an observer may have called the lease dead and
-    // a new writer may have taken it: the watcher must not delete the file. (A refresh every 15 s
-    // of real time does not come within this test.)
-    withTempDir { root =>
-      val s = Sink(root)
-      val clock = new ManualClock()
-      Clock.using(clock) {
-        withSQLConf(WriterLeaseTimeoutKey -> "60s") {
-          val q = s.start()
-          try {
-            s.input.addData(rowsOf(0): _*)
-            processAll(q)
-            clock.advance(61000)
-          } finally q.stop()
-          def guarded = WriterGuard.guardedSinks.exists(_.toString.contains(root.getName + "/"))
-          eventually("the run's guard to go after it stopped (30 s)")(!guarded)
-          val lease = new File(s.out, "_batchlog/_batchlog-lease.json")
-          assert(lease.isFile, s"$lease was removed")
-          val text = new String(java.nio.file.Files.readAllBytes(lease.toPath), "UTF-8")
-          assert(text.contains(q.runId.toString), text)
+  for (takenOver <- Seq(false, true)) {
+    val what =
+      if (takenOver) "leaves the lease another writer took meanwhile"
+      else "removes the lease while it still names the run"
+    test(s"a run whose watcher stalled past its lease's age at the end $what") {
+      // The run ends after its watcher went 61 s (on its own clock) without a refresh: more than
+      // the 45 s a 60 s lease may go without one. By then an observer may have called the lease
+      // dead and a new writer may have taken it: the run removes the file only if it still names
+      // the run (read right before), so the next command or start need not watch a dead run's
+      // lease; another writer's lease stays. (A refresh every 15 s of real time does not come
+      // within this test.)
+      withTempDir { root =>
+        val s = Sink(root)
+        val clock = new ManualClock()
+        val other = WriterLease("other-query", "other-run", "elsewhere", 7L, 1L, 0L, 60000L, 1L)
+        Clock.using(clock) {
+          withSQLConf(WriterLeaseTimeoutKey -> "60s") {
+            val q = s.start()
+            try {
+              s.input.addData(rowsOf(0): _*)
+              processAll(q)
+              clock.advance(61000)
+              if (takenOver) WriterLease.write(s.fileManager, s.meta, other)
+            } finally q.stop()
+            def guarded = WriterGuard.guardedSinks.exists(_.toString.contains(root.getName + "/"))
+            eventually("the run's guard to go after it stopped (30 s)")(!guarded)
+            if (takenOver) assert(leaseOf(s).contains(other), leaseOf(s))
+            else assert(leaseOf(s).isEmpty, leaseOf(s))
+          }
         }
+        assert(s.rows == rowsOf(0).map(_.toLong).toSet)
       }
-      assert(s.rows == rowsOf(0).map(_.toLong).toSet)
     }
   }
 

@@ -1,4 +1,4 @@
-package io.batchlog.ops
+package io.batchlog.log
 
 import com.fasterxml.jackson.core.{JsonFactory, JsonToken}
 
