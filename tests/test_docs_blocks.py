@@ -115,6 +115,9 @@ NORMALISE: list[tuple[re.Pattern[str], str]] = [
         r"done in <s> (\1: <s>)",
     ),
     (re.compile(r"seen unchanged for \d+ s"), "seen unchanged for <s>"),
+    # a lease watch's progress: how far it got at each poll follows the machine's pace (the run
+    # of these lines is one line, below)
+    (re.compile(r"(watching the writer lease of .*): \d+ / (\d+) s"), r"\1: <s> / \2 s"),
     # the batch a lease names is the one its last refresh (every 5 s) saw running
     (re.compile(r"driver pid \d+ on [^,]+, batch \d+"), "driver pid <pid> on <host>, batch <n>"),
     (re.compile(r"time is \d+, the index says \d+"), "time is <ms>, the index says <ms>"),
@@ -144,11 +147,13 @@ DOWNSTREAM = re.compile(
 
 
 def normalise(lines: list[str]) -> list[str]:
-    out = []
+    out: list[str] = []
     for line in lines:
         for pattern, repl in NORMALISE:
             line = pattern.sub(repl, line)
-        out.append(line.rstrip())
+        line = line.rstrip()
+        if not (out and line == out[-1] and "watching the writer lease of" in line):
+            out.append(line)
     while out and not out[-1]:
         out.pop()
     return out
