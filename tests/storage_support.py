@@ -33,8 +33,9 @@ from typing import Any
 
 import pyspark
 import pytest
+from conftest import row_tuples
 from pyspark.sql import SparkSession
-from support import REPO, S3A_CLASSPATH, stop_group
+from support import LEASE_FILE, QUERY_TIMEOUT_S, REPO, S3A_CLASSPATH, stop_group, wait_until
 
 PYSPARK_JARS = Path(pyspark.__file__).parent / "jars"
 STORAGE_TOOLS = REPO / ".tools" / "storage"
@@ -416,3 +417,68 @@ class Store:
 
     def get(self, bucket: str, key: str) -> bytes:
         return bytes(self.client.get_object(Bucket=bucket, Key=key)["Body"].read())
+
+
+def faulty_s3(
+    spark: SparkSession, tmp_path_factory: pytest.TempPathFactory, name: str
+) -> Iterator[Store]:
+    """A module's moto behind ``s3_server.py``'s fault step (``Store``), stopped at the end: what
+    a test module's fixture yields from."""
+    if not Path(S3A_CLASSPATH).parent.is_dir():
+        pytest.fail(f"{S3A_CLASSPATH} is missing: run `dev/setup`", pytrace=False)
+    root = tmp_path_factory.mktemp(name)
+    faults = root / "faults.json"
+    faults.write_text("{}")
+    proc, endpoint, log = start_s3(root, faults=faults)
+    try:
+        yield Store(spark, endpoint, faults, log)
+    finally:
+        stop_server(proc)
+
+
+#: A query's input: three rows per batch, ids unique across batches, two countries.
+def rows_of(batch: int) -> list[dict[str, object]]:
+    """Three input rows per batch, ids unique across batches, two countries."""
+    return [
+        {"id": batch * 100 + i, "country": "NL" if i % 2 else "FR", "amount": batch}
+        for i in range(3)
+    ]
+
+
+def expected(batches: range) -> list[tuple]:
+    return row_tuples(r for b in batches for r in rows_of(b))
+
+
+def run_query(
+    spark: SparkSession, fs: RemoteFs, inbox: Path, out: str, chk: str, stateful: bool = True
+) -> list[int]:
+    """Runs the query over the input (availableNow, one file a batch); returns its batch ids once
+    its writer lease is gone from the store."""
+    events = (
+        spark.readStream.schema("id LONG, country STRING, amount LONG")
+        .option("maxFilesPerTrigger", 1)
+        .json(str(inbox))
+    )
+    if stateful:
+        events = events.dropDuplicates(["id"])
+    query = (
+        events.writeStream.format("parquet")
+        .option("checkpointLocation", chk)
+        .partitionBy("country")
+        .trigger(availableNow=True)
+        .start(out)
+    )
+    try:
+        assert query.awaitTermination(QUERY_TIMEOUT_S), f"the query on {out} ran too long"
+    finally:
+        if query.isActive:
+            query.stop()
+    assert query.exception() is None, query.exception()
+    lease = f"{out}/_batchlog/{LEASE_FILE}"
+    wait_until(lambda: not fs.exists(lease), 30, f"{lease} to go after its query")
+    return [int(p["batchId"]) for p in query.recentProgress]
+
+
+def rows(spark: SparkSession, out: str) -> list[tuple]:
+    """The sink's rows as plain Spark's reader sees them (through ``_spark_metadata``)."""
+    return row_tuples(r.asDict() for r in spark.read.parquet(out).collect())

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import batchlog
 import pytest
-from conftest import COMMIT_PROTOCOL_KEY, COMPACT_INTERVAL_KEY, drop_inputs, row_tuples
+from conftest import COMMIT_PROTOCOL_KEY, COMPACT_INTERVAL_KEY, drop_inputs
 from pyspark.sql import SparkSession
 from reliability_support import (
     APPS,
@@ -33,8 +33,17 @@ from reliability_support import (
     spark_submit,
     write_input,
 )
-from storage_support import RemoteFs, Store, hdfs, start_s3, stop_server  # noqa: F401  (fixture)
-from support import QUERY_TIMEOUT_S, S3A_CLASSPATH, cli_here, session_conf, wait_until
+from storage_support import (  # noqa: F401  (hdfs: the fixture)
+    RemoteFs,
+    Store,
+    expected,
+    faulty_s3,
+    hdfs,
+    rows,
+    rows_of,
+    run_query,
+)
+from support import QUERY_TIMEOUT_S, cli_here, session_conf, wait_until
 
 BATCHES = 7  # compactInterval 3: compact files 2 and 5
 
@@ -109,16 +118,7 @@ def test_a_rename_applied_with_its_answer_lost_commits_the_batch_once(
 
 @pytest.fixture(scope="module")
 def store(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
-    if not Path(S3A_CLASSPATH).parent.is_dir():
-        pytest.fail(f"{S3A_CLASSPATH} is missing: run `dev/setup`", pytrace=False)
-    root = tmp_path_factory.mktemp("s3lost")
-    faults = root / "faults.json"
-    faults.write_text("{}")
-    proc, endpoint, log = start_s3(root, faults=faults)
-    try:
-        yield Store(spark, endpoint, faults, log)
-    finally:
-        stop_server(proc)
+    yield from faulty_s3(spark, tmp_path_factory, "s3lost")
 
 
 def _lost(store: Store) -> list[str]:
@@ -127,39 +127,14 @@ def _lost(store: Store) -> list[str]:
     return [" ".join(line.split()[:3]) for line in f.read_text().splitlines()] if f.exists() else []
 
 
-def _rows_of(batch: int) -> list[dict[str, object]]:
-    return [
-        {"id": batch * 100 + i, "country": "NL" if i % 2 else "FR", "amount": batch}
-        for i in range(3)
-    ]
-
-
 def _run_on_s3(spark: SparkSession, tmp_path: Path, out: str, chk: str) -> list[int]:
-    """Runs a partitioned parquet query over seven input files (one a batch); its batch ids."""
-    inbox = tmp_path / "in"
-    drop_inputs(inbox, {b: _rows_of(b) for b in range(BATCHES)})
-    query = (
-        spark.readStream.schema("id LONG, country STRING, amount LONG")
-        .option("maxFilesPerTrigger", 1)
-        .json(str(inbox))
-        .writeStream.format("parquet")
-        .option("checkpointLocation", chk)
-        .partitionBy("country")
-        .trigger(availableNow=True)
-        .start(out)
-    )
-    try:
-        assert query.awaitTermination(QUERY_TIMEOUT_S), f"the query on {out} ran too long"
-    finally:
-        if query.isActive:
-            query.stop()
-    assert query.exception() is None, query.exception()
-    return [int(p["batchId"]) for p in query.recentProgress]
+    """A partitioned parquet query over seven input files (one a batch): its batch ids."""
+    drop_inputs(tmp_path / "in", {b: rows_of(b) for b in range(BATCHES)})
+    return run_query(spark, RemoteFs(spark, out), tmp_path / "in", out, chk, stateful=False)
 
 
 def _assert_committed_once(spark: SparkSession, out: str, batch: int) -> None:
-    expected = row_tuples(r for b in range(BATCHES) for r in _rows_of(b))
-    assert row_tuples(r.asDict() for r in spark.read.parquet(out).collect()) == expected
+    assert rows(spark, out) == expected(range(BATCHES))
     log = batchlog.SinkLog(spark, out)
     fs = RemoteFs(spark, out)
     assert log.files(batch) and all(fs.exists(f) for f in log.files(batch))
@@ -280,6 +255,4 @@ def test_uploads_left_open_under_the_log_are_reported_and_vacuumed(
     assert done.aborted_uploads == 2
     assert open_now() == others
     assert batchlog.verify(spark, out).open_uploads == []
-    assert row_tuples(r.asDict() for r in spark.read.parquet(out).collect()) == row_tuples(
-        r for b in range(BATCHES) for r in _rows_of(b)
-    )
+    assert rows(spark, out) == expected(range(BATCHES))

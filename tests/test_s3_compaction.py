@@ -16,7 +16,6 @@ import json
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,8 +23,8 @@ from conftest import COMPACT_INTERVAL_KEY
 from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
 from servers.s3_server import SECOND_WRITER
-from storage_support import Store, start_s3, stop_server
-from support import S3A_CLASSPATH, session_conf
+from storage_support import Store, faulty_s3
+from support import session_conf
 
 SERVER_SIDE_KEY = "spark.batchlog.compaction.serverSide"
 BIG = 15_000  # entries of batches 0 and 1: 2.compact is ~10 MiB (server-side from 8 MiB)
@@ -33,16 +32,7 @@ BIG = 15_000  # entries of batches 0 and 1: 2.compact is ~10 MiB (server-side fr
 
 @pytest.fixture(scope="module")
 def store(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
-    if not Path(S3A_CLASSPATH).parent.is_dir():
-        pytest.fail(f"{S3A_CLASSPATH} is missing: run `dev/setup`", pytrace=False)
-    root = tmp_path_factory.mktemp("s3copy")
-    faults = root / "faults.json"
-    faults.write_text("{}")
-    proc, endpoint, log = start_s3(root, faults=faults)
-    try:
-        yield Store(spark, endpoint, faults, log)
-    finally:
-        stop_server(proc)
+    yield from faulty_s3(spark, tmp_path_factory, "s3copy")
 
 
 @pytest.fixture(autouse=True)

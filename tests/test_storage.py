@@ -23,11 +23,19 @@ from conftest import (
     COMPACT_INTERVAL_KEY,
     VANILLA_COMMIT_PROTOCOL,
     drop_inputs,
-    row_tuples,
 )
 from pyspark.sql import SparkSession
-from storage_support import RemoteFs, cli_conf, hdfs, s3  # noqa: F401  (the fixtures)
-from support import LEASE_FILE, QUERY_TIMEOUT_S, cli_here, run_cli, session_conf, wait_until
+from storage_support import (  # noqa: F401  (hdfs, s3: the fixtures)
+    RemoteFs,
+    cli_conf,
+    expected,
+    hdfs,
+    rows,
+    rows_of,
+    run_query,
+    s3,
+)
+from support import cli_here, run_cli, session_conf
 
 BATCHES = 7  # compactInterval 3: compact files 2 and 5
 REWIND_TO = 4
@@ -38,53 +46,6 @@ def store(request: pytest.FixtureRequest) -> str:
     """A fresh directory on the store (``hdfs://...`` or ``s3a://...``)."""
     root: str = request.getfixturevalue(request.param)
     return f"{root}/t-{uuid.uuid4().hex[:8]}"
-
-
-def rows_of(batch: int) -> list[dict[str, object]]:
-    """Three input rows per batch, ids unique across batches, two countries."""
-    return [
-        {"id": batch * 100 + i, "country": "NL" if i % 2 else "FR", "amount": batch}
-        for i in range(3)
-    ]
-
-
-def expected(batches: range) -> list[tuple]:
-    return row_tuples(r for b in batches for r in rows_of(b))
-
-
-def run_query(
-    spark: SparkSession, fs: RemoteFs, inbox: Path, out: str, chk: str, stateful: bool = True
-) -> list[int]:
-    """Runs the query over the input (availableNow, one file a batch); returns its batch ids once
-    its writer lease is gone from the store."""
-    events = (
-        spark.readStream.schema("id LONG, country STRING, amount LONG")
-        .option("maxFilesPerTrigger", 1)
-        .json(str(inbox))
-    )
-    if stateful:
-        events = events.dropDuplicates(["id"])
-    query = (
-        events.writeStream.format("parquet")
-        .option("checkpointLocation", chk)
-        .partitionBy("country")
-        .trigger(availableNow=True)
-        .start(out)
-    )
-    try:
-        assert query.awaitTermination(QUERY_TIMEOUT_S), f"the query on {out} ran too long"
-    finally:
-        if query.isActive:
-            query.stop()
-    assert query.exception() is None, query.exception()
-    lease = f"{out}/_batchlog/{LEASE_FILE}"
-    wait_until(lambda: not fs.exists(lease), 30, f"{lease} to go after its query")
-    return [int(p["batchId"]) for p in query.recentProgress]
-
-
-def rows(spark: SparkSession, out: str) -> list[tuple]:
-    """The sink's rows as plain Spark's reader sees them (through ``_spark_metadata``)."""
-    return row_tuples(r.asDict() for r in spark.read.parquet(out).collect())
 
 
 def test_sink_on_store_query_rewind_replay_vacuum_repair_adopt_cli(
