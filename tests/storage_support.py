@@ -35,6 +35,7 @@ import pyspark
 import pytest
 from conftest import row_tuples
 from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
 from support import LEASE_FILE, QUERY_TIMEOUT_S, REPO, S3A_CLASSPATH, stop_group, wait_until
 
 PYSPARK_JARS = Path(pyspark.__file__).parent / "jars"
@@ -392,12 +393,14 @@ class Store:
         self.log = log
         self.client = s3_client(endpoint)
 
-    def bucket(self) -> str:
-        """A new bucket, its ``s3a://`` settings per bucket (they do not touch other tests')."""
+    def bucket(self, **s3a: str) -> str:
+        """A new bucket, its ``s3a://`` settings per bucket (they do not touch other tests'), with
+        ``s3a`` (``fs.s3a.<key>`` settings: ``**{"retry.limit": "1"}``) for it alone."""
         name = f"copy-{uuid.uuid4().hex[:10]}"
         self.client.create_bucket(Bucket=name)
         hconf = self.spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
-        for k, v in s3a_conf(self.endpoint).items():
+        settings = {**s3a_conf(self.endpoint), **{f"fs.s3a.{k}": v for k, v in s3a.items()}}
+        for k, v in settings.items():
             hconf.set(k.replace("fs.s3a.", f"fs.s3a.bucket.{name}.", 1), v)
         hconf.set(
             "fs.s3a.aws.credentials.provider", s3a_conf("")["fs.s3a.aws.credentials.provider"]
@@ -449,11 +452,10 @@ def expected(batches: range) -> list[tuple]:
     return row_tuples(r for b in batches for r in rows_of(b))
 
 
-def run_query(
-    spark: SparkSession, fs: RemoteFs, inbox: Path, out: str, chk: str, stateful: bool = True
-) -> list[int]:
-    """Runs the query over the input (availableNow, one file a batch); returns its batch ids once
-    its writer lease is gone from the store."""
+def start_query(
+    spark: SparkSession, inbox: Path, out: str, chk: str, stateful: bool = True
+) -> StreamingQuery:
+    """Starts the query over the input (availableNow, one file a batch): partitioned parquet."""
     events = (
         spark.readStream.schema("id LONG, country STRING, amount LONG")
         .option("maxFilesPerTrigger", 1)
@@ -461,13 +463,21 @@ def run_query(
     )
     if stateful:
         events = events.dropDuplicates(["id"])
-    query = (
+    return (
         events.writeStream.format("parquet")
         .option("checkpointLocation", chk)
         .partitionBy("country")
         .trigger(availableNow=True)
         .start(out)
     )
+
+
+def run_query(
+    spark: SparkSession, fs: RemoteFs, inbox: Path, out: str, chk: str, stateful: bool = True
+) -> list[int]:
+    """Runs the query over the input (availableNow, one file a batch); returns its batch ids once
+    its writer lease is gone from the store."""
+    query = start_query(spark, inbox, out, chk, stateful)
     try:
         assert query.awaitTermination(QUERY_TIMEOUT_S), f"the query on {out} ran too long"
     finally:

@@ -42,6 +42,7 @@ from storage_support import (  # noqa: F401  (hdfs: the fixture)
     rows,
     rows_of,
     run_query,
+    start_query,
 )
 from support import QUERY_TIMEOUT_S, cli_here, session_conf, wait_until
 
@@ -160,6 +161,48 @@ def test_a_conditional_put_applied_with_its_answer_lost_commits_the_batch_once(
     lost = [line for line in _lost(store) if line.startswith(f"{bucket}/")]
     assert lost == [f"{bucket}/out/_spark_metadata/3 200 OK"], lost
     _assert_committed_once(spark, out, 3)
+
+
+def test_a_publish_failing_unapplied_keeps_its_files_and_the_restart_commits_it_once(
+    spark: SparkSession, store: Store, tmp_path: Path
+) -> None:
+    """Batch file 3's PUT is answered 500 every time and never applied: the writer cannot know
+    the outcome, and the store does not show the file. The batch fails with
+    COMMIT_OUTCOME_UNKNOWN and keeps its data files (a late application could still publish a
+    log naming them): orphans, in no log. The restart commits batch 3 once, and vacuum removes
+    the orphans."""
+    bucket = store.bucket(**{"retry.limit": "1", "attempts.maximum": "1"})
+    out, chk = f"s3a://{bucket}/out", f"s3a://{bucket}/chk"
+    drop_inputs(tmp_path / "in", {b: rows_of(b) for b in range(BATCHES)})
+    confs = {COMMIT_PROTOCOL_KEY: batchlog.COMMIT_PROTOCOL_CLASS, COMPACT_INTERVAL_KEY: "3"}
+    store.inject(fail_publish=rf"^{bucket}/out/_spark_metadata/3$")
+    try:
+        with session_conf(spark, {**confs, "spark.sql.shuffle.partitions": "1"}):
+            query = start_query(spark, tmp_path / "in", out, chk, stateful=False)
+            with pytest.raises(
+                batchlog.CommitOutcomeUnknownError, match="the store does not show the file now"
+            ):
+                batchlog.await_query(query)
+    finally:
+        store.inject()
+    assert f"{bucket}/out/_spark_metadata/3 not-applied 0" in _lost(store)
+    assert batchlog.SinkLog(spark, out).batches() == [0, 1, 2]
+    kept = batchlog.verify(spark, out)
+    assert kept.healthy and kept.orphan_count > 0
+    assert {o.batch_id for o in kept.orphans} == {3}
+    with session_conf(spark, {**confs, "spark.sql.shuffle.partitions": "1"}):
+        assert run_query(spark, RemoteFs(spark, out), tmp_path / "in", out, chk, False) == [
+            3,
+            4,
+            5,
+            6,
+        ]
+    assert rows(spark, out) == expected(range(BATCHES))
+    assert batchlog.vacuum(spark, out, older_than="0s", dry_run=False).deleted_files == (
+        kept.orphan_count
+    )
+    assert batchlog.verify(spark, out).orphan_count == 0
+    assert rows(spark, out) == expected(range(BATCHES))
 
 
 def test_a_multipart_completion_applied_with_its_answer_lost_commits_the_compaction_once(

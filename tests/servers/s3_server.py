@@ -33,7 +33,10 @@ absent or ``{}``: none), for the server-side compaction tests:
   InternalError: a store that applied a request and lost its answer (a load balancer's timeout).
   With ``"lose_answer_times": N`` the first N such requests of the key are (each applied, or
   refused, by moto as it would be, then answered 500: the client's retries fail too). Each lost
-  answer appends ``bucket/key <moto's status>`` to ``<FAULTS_FILE>.lost``.
+  answer appends ``bucket/key <moto's status>`` to ``<FAULTS_FILE>.lost``;
+- ``"fail_publish": REGEX``: every such publish of a matching key is answered 500 InternalError
+  without reaching moto (``bucket/key not-applied`` appended to the same file): a failure whose
+  outcome the client cannot know, where nothing was applied.
 """
 
 from __future__ import annotations
@@ -97,11 +100,17 @@ def _with_faults(faults: Path) -> int:
             method == "POST" and "uploadId=" in query
         )
         f = json.loads(faults.read_text() or "{}") if publish and faults.exists() else {}
-        if not f.get("lose_answer") or "HTTP_X_AMZ_COPY_SOURCE" in environ:
+        if "HTTP_X_AMZ_COPY_SOURCE" in environ:
             return None
         from urllib.parse import unquote
 
         key = unquote(environ["PATH_INFO"]).lstrip("/")
+        if f.get("fail_publish") and re.search(f["fail_publish"], key):
+            with open(lost_file, "a") as out:
+                out.write(f"{key} not-applied 0\n")
+            return error(start, "500 Internal Server Error", "InternalError")
+        if not f.get("lose_answer"):
+            return None
         if lost.get(key, 0) >= int(f.get("lose_answer_times", 1)):
             return None
         if not re.search(f["lose_answer"], key):
