@@ -37,6 +37,10 @@ object StrayBatches extends Logging {
       if (inOrder >= sinkLatest) inOrder else offsets.last
     }
 
+  /** True if `offsets` (ascending) is not one run of consecutive ids. */
+  def hasGap(offsets: Seq[Long]): Boolean =
+    offsets.nonEmpty && offsets.last - offsets.head + 1 != offsets.length
+
   /**
    * Removes what was planned above the gap of `cp`, the checkpoint of a query whose sink's latest
    * batch is `sinkLatest` (see the class); the stray batch ids.

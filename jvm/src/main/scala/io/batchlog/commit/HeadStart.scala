@@ -81,6 +81,9 @@ object HeadStart {
       checkpointRoot: String,
       queryId: String
   ): Seq[Long] = {
+    // One listing of offsets/ (which Spark lists next anyway) in the common case: no gap.
+    val cp = new QueryCheckpoint(spark, checkpointRoot)
+    if (!StrayBatches.hasGap(cp.offsetIds)) return Nil
     val meta =
       try BatchTaggedFileStreamSinkLog.metadataPathOf(spark, output)
       catch { case e: BatchLogException if e.code == BatchLogException.NotASink => return Nil }
@@ -88,7 +91,7 @@ object HeadStart {
     if (!SinkRecord.read(fm, meta).flatMap(_.owner).exists(_.queryId == queryId)) Nil
     else {
       val latest = new BatchTaggedFileStreamSinkLog(spark, meta.toString).getLatestBatchId()
-      StrayBatches.heal(spark, new QueryCheckpoint(spark, checkpointRoot), latest.getOrElse(-1L))
+      StrayBatches.heal(spark, cp, latest.getOrElse(-1L))
     }
   }
 
