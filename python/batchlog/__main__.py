@@ -151,10 +151,10 @@ def _plan_options(s: argparse.ArgumentParser) -> None:
     _wait_option(s)
 
 
-def _wait_option(s: argparse.ArgumentParser) -> None:
+def _wait_option(s: argparse.ArgumentParser, default: str = "lease") -> None:
     s.add_argument(
         "--wait",
-        default="lease",
+        default=default,
         metavar="DURATION",
         help="how long to watch a writer lease it finds before it refuses (e.g. 30s, 2m): a "
         "lease seen unchanged for its timeout is a dead writer's, a refreshed one a live "
@@ -234,7 +234,9 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("path", help="the sink's output directory")
     s.add_argument("--older-than", required=True, metavar="DURATION", help="e.g. 30m, 1h, 7d")
     s.add_argument("--apply", action="store_true", help="delete (default: dry run)")
-    _wait_option(s)
+    # vacuum refuses nothing: a lease not seen dead only keeps the files of a batch after the
+    # latest logged one, so it does not wait unless asked to
+    _wait_option(s, default="0s")
     s.set_defaults(fn=cmd_vacuum)
     return p
 
