@@ -266,7 +266,10 @@ def repair_plan(r: RepairReport, dry_run: bool) -> None:
     if r.suspect_batches:
         print(
             "WARNING: batches with files of more than one attempt (an orphaned attempt cannot "
-            f"be told from the committed one without a log): {r.suspect_batches}"
+            f"be told from the committed one without a log): {r.suspect_batches}. Their rows "
+            "may be read twice: after the repair, rewind to the first of them (`python -m "
+            f"batchlog rewind {r.sink} --checkpoint <the query's> --to-batch "
+            f"{min(r.suspect_batches)}`: every file of those batches goes) and restart the query."
         )
     head = "would write" if dry_run else "writing"
     print(f"\n{head} {len(r.log_files)} log files:")

@@ -1,0 +1,433 @@
+"""A seeded chaos campaign against one batchlog sink (first version: one hop, the local disk).
+
+    bench/run chaos --seed S --minutes M [--json FILE]
+    bench/run chaos --replay FILE          the operations a failed run wrote, again
+
+Random operations from a weighted menu, each applied to a real sink written by real queries:
+feed input; start a writer (a ``spark-submit`` driver, ``tests/apps/live_writer_app.py``), now and
+then with a store fault from the test kit's ``CheckpointFileManager`` (a create, rename, delete or
+list that fails, or a rename that hangs); stop it; SIGKILL it at a random moment; SIGSTOP it past
+its lease, rewind under it, SIGCONT it; rewind a stopped sink to a random batch; vacuum; verify;
+delete ``_spark_metadata`` and repair; bit rot in a compact file that keeps its JSON valid, then
+repair; settle (the query run to the end of its input in this process).
+
+After every step the model is checked: plain Spark (a process without batchlog's jar) reads no
+id twice and only ids fed; ``files(b)`` lists only files tagged with batch b that exist; verify
+says healthy, unless damage is pending (then unhealthy); nothing outside the sink and its
+checkpoint changed (a sentinel directory, linked from the output). After a settle, plain Spark
+reads exactly the ids fed, each once.
+
+On a violation it prints the seed and the operations, shrinks them (drops operations one at a
+time while the violation stays, within ``--shrink-minutes``) and writes the shortest list to a
+file, with the command that replays it. Exit 1 on a violation.
+
+Not yet: the S3 test server, a downstream ``batchlog``-source reader and its cascade, takeover.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "python"))
+sys.path.insert(0, str(ROOT / "tests"))
+
+import batchlog  # noqa: E402
+from reliability_support import (  # noqa: E402
+    APPS,
+    FAULT_MANAGER,
+    PYTHON,
+    SINK_CONFS,
+    plain_read,
+    run_stream,
+    spark_submit,
+    write_input,
+)
+from support import get_spark, rot_compact, session_conf, testkit_jar_path  # noqa: E402
+
+ROWS = 3
+LEASE = "4s"
+#: The menu: operation and weight.
+MENU = {
+    "feed": 6,
+    "start": 4,
+    "stop": 2,
+    "kill": 2,
+    "pause-rewind": 1,
+    "rewind": 2,
+    "vacuum": 1,
+    "verify": 2,
+    "delete-metadata": 1,
+    "rot-compact": 1,
+    "settle": 2,
+}
+#: Store faults a writer may start with: (op, path regex, action).
+FAULTS = [
+    ("createAtomic", r"_spark_metadata/\d+$", "fail"),
+    ("rename", r"_spark_metadata/\d+(\.compact)?$", "fail"),
+    ("rename", r"_spark_metadata/\d+(\.compact)?$", "lose"),
+    ("delete", r"_spark_metadata/\d+$", "fail"),
+    ("list", r"_spark_metadata$", "fail"),
+    ("rename", r"_spark_metadata/\d+\.compact$", "stall"),
+]
+
+
+class Violation(Exception):
+    pass
+
+
+@dataclass
+class World:
+    """A sink, its checkpoint and input in a fresh directory, the writer process, the model."""
+
+    root: Path
+    spark: Any
+    fed: list[int] = field(default_factory=list)
+    next_file: int = 0
+    writer: subprocess.Popen[bytes] | None = None
+    damaged: bool = False
+    counts: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def inp(self) -> Path:
+        return self.root / "in"
+
+    @property
+    def out(self) -> Path:
+        return self.root / "out"
+
+    @property
+    def chk(self) -> Path:
+        return self.root / "chk"
+
+    @property
+    def control(self) -> Path:
+        return self.root / "control"
+
+    @property
+    def outside(self) -> Path:
+        return self.root / "outside"
+
+
+def _writer_cmd(w: World, fault: tuple[str, str, str] | None) -> list[str]:
+    confs = {
+        "spark.ui.enabled": "false",
+        "spark.sql.shuffle.partitions": "1",
+        "spark.batchlog.writer.leaseTimeout": LEASE,
+        **SINK_CONFS,
+    }
+    jars = batchlog.jar_path()
+    if fault is not None:
+        jars += "," + testkit_jar_path()
+        op, regex, action = fault
+        confs.update(
+            {
+                "spark.hadoop.spark.sql.streaming.checkpointFileManagerClass": FAULT_MANAGER,
+                "spark.hadoop.spark.batchlog.test.fault.op": op,
+                "spark.hadoop.spark.batchlog.test.fault.pathRegex": regex,
+                "spark.hadoop.spark.batchlog.test.fault.action": action,
+                "spark.hadoop.spark.batchlog.test.fault.times": "1",
+                "spark.hadoop.spark.batchlog.test.fault.stallMs": "6000",
+            }
+        )
+    cmd = [spark_submit(), "--master", "local[2]", "--jars", jars]
+    for k, v in confs.items():
+        cmd += ["--conf", f"{k}={v}"]
+    return (
+        cmd
+        + [str(APPS / "live_writer_app.py"), str(w.inp), str(w.out), str(w.chk)]
+        + [str(w.control)]
+    )
+
+
+def _running(w: World) -> bool:
+    return w.writer is not None and w.writer.poll() is None
+
+
+def _reap(w: World, timeout: float = 300) -> None:
+    if w.writer is not None:
+        if w.writer.poll() is None:
+            w.writer.wait(timeout=timeout)
+        w.writer = None
+
+
+def _kill(w: World) -> None:
+    if _running(w):
+        assert w.writer is not None
+        os.killpg(w.writer.pid, signal.SIGKILL)
+    _reap(w, 60)
+
+
+def _latest(w: World) -> int:
+    latest = batchlog.SinkLog(w.spark, str(w.out)).latest_batch() if _is_sink(w) else None
+    return -1 if latest is None else int(latest)
+
+
+def _is_sink(w: World) -> bool:
+    return (w.out / "_spark_metadata").is_dir()
+
+
+def apply(w: World, op: dict[str, Any]) -> bool:
+    """Carries out one operation (its random choices are in ``op``, so a replay repeats them);
+    False if the world did not allow it (a kill with no writer running, say)."""
+    kind = op["op"]
+    spark = w.spark
+    if kind == "feed":
+        w.fed += write_input(w.inp, w.next_file, op["n"], ROWS)
+        w.next_file += op["n"]
+    elif kind == "start" and not _running(w):
+        _reap(w)
+        (w.control / "stop").unlink(missing_ok=True)
+        fault = (op["fault"][0], op["fault"][1], op["fault"][2]) if op.get("fault") else None
+        with open(w.root / "writer.log", "ab") as log:
+            w.writer = subprocess.Popen(
+                _writer_cmd(w, fault),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=dict(os.environ, PYSPARK_PYTHON=PYTHON, PYSPARK_DRIVER_PYTHON=PYTHON),
+                start_new_session=True,
+            )
+        time.sleep(op["settle_s"])
+    elif kind == "stop" and w.writer is not None:
+        (w.control / "stop").touch()
+        _reap(w)
+    elif kind == "kill" and w.writer is not None:
+        time.sleep(op["after_s"])
+        _kill(w)
+    elif kind == "pause-rewind" and _running(w) and _is_sink(w) and not w.damaged:
+        assert w.writer is not None
+        os.killpg(w.writer.pid, signal.SIGSTOP)
+        try:
+            _rewind(w, op["frac"])
+        finally:
+            os.killpg(w.writer.pid, signal.SIGCONT)
+    elif kind == "rewind" and not _running(w) and _is_sink(w) and not w.damaged:
+        _reap(w)
+        _rewind(w, op["frac"])
+    elif kind == "vacuum" and _is_sink(w) and not w.damaged:
+        batchlog.vacuum(spark, str(w.out), older_than="0s", dry_run=False, quiet=True)
+    elif kind == "verify":
+        pass  # every step ends with a verify (check)
+    elif kind == "delete-metadata" and not _running(w) and _is_sink(w):
+        _reap(w)
+        shutil.rmtree(w.out / "_spark_metadata")
+        report = batchlog.verify(spark, str(w.out)) if _is_sink(w) else None
+        if report is not None and report.healthy:
+            raise Violation("verify called a sink without its _spark_metadata healthy")
+        w.damaged = True
+    elif kind == "rot-compact" and not _running(w) and _is_sink(w) and not w.damaged:
+        _reap(w)
+        compacts = sorted((w.out / "_spark_metadata").glob("*.compact"))
+        if not compacts:
+            return False
+        else:
+            text = compacts[-1].read_text()
+            batches = [int(x.split("}")[0]) for x in text.split('"batchId":')[1:]]
+            rot_compact(compacts[-1], batches[0], "size")
+            if batchlog.verify(spark, str(w.out)).healthy:
+                raise Violation(f"verify called {compacts[-1]} healthy after bit rot")
+            w.damaged = True
+    elif kind == "settle":
+        _settle(w)
+    else:
+        return False
+    if kind in ("delete-metadata", "rot-compact") and w.damaged:
+        _repair(w)
+    return True
+
+
+def _rewind(w: World, frac: float) -> None:
+    spark = w.spark
+    latest = _latest(w)
+    if latest < 0:
+        return
+    horizon = batchlog.SinkLog(spark, str(w.out)).inspect(str(w.chk)).horizon.horizon
+    to = horizon + int(frac * (latest + 1 - horizon))
+    with session_conf(spark, {"spark.batchlog.writer.fenceWait": "lease"}):
+        try:
+            batchlog.rewind(spark, str(w.out), str(w.chk), to, quiet=True)
+        except batchlog.WriterActiveError:
+            pass  # a live writer refused it: as it must
+
+
+def _repair(w: World) -> None:
+    """Repairs the sink as its runbook says: a batch with files of two attempts (which no log
+    tells apart any more) is then rewound, so that it runs again, once."""
+    spark = w.spark
+    report = batchlog.repair(spark, str(w.out), dry_run=False, quiet=True)
+    w.damaged = False
+    print(f"[chaos] repaired; suspect batches {report.suspect_batches}", flush=True)
+    if report.suspect_batches:
+        w.counts["repair: suspect batches rewound"] += 1
+        batchlog.rewind(spark, str(w.out), str(w.chk), min(report.suspect_batches), quiet=True)
+
+
+def _settle(w: World) -> None:
+    """Stops the writer, runs the query to the end of its input here, checks exactly once."""
+    if _running(w):
+        (w.control / "stop").touch()
+    _reap(w)
+    if w.damaged:
+        _repair(w)
+    run_stream(w.spark, w.inp, w.out, w.chk)
+    ids = _plain_ids(w)
+    if ids != sorted(w.fed):
+        missing = sorted(set(w.fed) - set(ids))[:10]
+        extra = [i for i, n in Counter(ids).items() if n > 1][:10]
+        raise Violation(f"after settle: missing {missing}, twice {extra}, of {len(w.fed)}")
+
+
+def _plain_ids(w: World) -> list[int]:
+    """The ids plain Spark reads from the sink (none while its log lists no file: Spark cannot
+    infer a schema from no file)."""
+    log = batchlog.SinkLog(w.spark, str(w.out))
+    if not any(log.files(b) for b in log.batches()):
+        return []
+    return list(plain_read(w.out)["ids"])
+
+
+def check(w: World) -> None:
+    """What must hold after every step, whatever ran."""
+    spark = w.spark
+    sentinel = w.outside / "keep.txt"
+    if not sentinel.is_file() or sentinel.read_text() != "outside":
+        raise Violation(f"{sentinel} changed: something outside the sink was touched")
+    if not _is_sink(w) or _running(w):
+        return  # a running writer's sink is checked at its next stop
+    report = batchlog.verify(spark, str(w.out))
+    if report.healthy == w.damaged:
+        raise Violation(f"verify says healthy={report.healthy}, damage pending={w.damaged}")
+    if w.damaged:
+        return
+    ids = _plain_ids(w)
+    twice = [i for i, n in Counter(ids).items() if n > 1]
+    if twice or not set(ids) <= set(w.fed):
+        raise Violation(f"plain Spark reads twice {twice[:10]} or unfed {set(ids) - set(w.fed)}")
+    log = batchlog.SinkLog(spark, str(w.out))
+    for b in log.batches():
+        for f in log.files(b):
+            if f"-batch-{b}-" not in f or not Path(f.removeprefix("file:")).exists():
+                raise Violation(f"files({b}) lists {f}")
+
+
+def new_world(spark: Any) -> World:
+    """A fresh world: an output whose link points outside it, at a sentinel nothing may touch."""
+    w = World(Path(tempfile.mkdtemp(prefix="batchlog-chaos-")), spark)
+    for d in (w.inp, w.control, w.outside, w.out):
+        d.mkdir(parents=True)
+    (w.outside / "keep.txt").write_text("outside")
+    (w.out / "outside-link").symlink_to(w.outside, target_is_directory=True)
+    return w
+
+
+def plan(seed: int, n: int) -> list[dict[str, Any]]:
+    """``n`` operations drawn from the menu with ``seed``: a value, replayed as it is."""
+    rng = random.Random(seed)
+    kinds, weights = list(MENU), list(MENU.values())
+    ops: list[dict[str, Any]] = []
+    for _ in range(n):
+        kind = rng.choices(kinds, weights)[0]
+        op: dict[str, Any] = {"op": kind}
+        if kind == "feed":
+            op["n"] = rng.randint(1, 3)
+        elif kind == "start":
+            op["fault"] = list(rng.choice(FAULTS)) if rng.random() < 0.3 else None
+            op["settle_s"] = round(rng.uniform(2, 12), 1)
+        elif kind == "kill":
+            op["after_s"] = round(rng.uniform(0, 4), 1)
+        elif kind in ("rewind", "pause-rewind"):
+            op["frac"] = round(rng.random(), 2)
+        ops.append(op)
+    return ops
+
+
+def run(spark: Any, ops: list[dict[str, Any]], deadline: float) -> tuple[int, World, str | None]:
+    """Applies ``ops`` in a fresh world until one violates the model or ``deadline`` passes: how
+    many ran, the world, and the violation (None: none)."""
+    w = new_world(spark)
+    done = 0
+    try:
+        for op in ops:
+            if time.monotonic() > deadline:
+                break
+            applied = apply(w, op)
+            check(w)
+            label = op["op"] + (f" ({op['fault'][0]} {op['fault'][2]})" if op.get("fault") else "")
+            w.counts[label if applied else "(not possible then)"] += 1
+            done += 1
+        if time.monotonic() <= deadline:
+            _settle(w)
+            check(w)
+        return done, w, None
+    except Violation as v:
+        return done + 1, w, str(v)
+    finally:
+        _kill(w)
+
+
+def shrink(spark: Any, ops: list[dict[str, Any]], minutes: float) -> list[dict[str, Any]]:
+    """Drops operations one at a time, last first, while the run still fails."""
+    end = time.monotonic() + minutes * 60
+    i = len(ops) - 1
+    while i >= 0 and time.monotonic() < end:
+        trial = ops[:i] + ops[i + 1 :]
+        _, w, failed = run(spark, trial, end)
+        shutil.rmtree(w.root, ignore_errors=True)
+        if failed:
+            ops = trial
+        i -= 1
+    return ops
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--minutes", type=float, default=3.0)
+    p.add_argument("--shrink-minutes", type=float, default=10.0)
+    p.add_argument("--replay", type=Path, help="a file of operations a failed run wrote")
+    p.add_argument("--json", type=Path, help="where to write the run's counts")
+    args = p.parse_args()
+    spark = get_spark()
+    # the operations watch a lease they find for its timeout, as the CLI does
+    confs = {**SINK_CONFS, "spark.batchlog.writer.leaseTimeout": LEASE}
+    with session_conf(spark, {**confs, "spark.batchlog.writer.fenceWait": "lease"}):
+        ops = json.loads(args.replay.read_text()) if args.replay else plan(args.seed, 100_000)
+        start = time.monotonic()
+        done, w, failed = run(spark, ops, start + args.minutes * 60)
+        summary = {
+            "seed": args.seed,
+            "operations": done,
+            "seconds": round(time.monotonic() - start),
+            "counts": dict(sorted(w.counts.items())),
+            "violation": failed,
+        }
+        print(json.dumps(summary, indent=1))
+        if args.json:
+            args.json.write_text(json.dumps(summary, indent=1))
+        if failed is None:
+            shutil.rmtree(w.root, ignore_errors=True)
+            return 0
+        print(f"VIOLATION after {done} operations (seed {args.seed}): {failed}; world {w.root}")
+        short = shrink(spark, ops[:done], args.shrink_minutes)
+        replay = Path(tempfile.mkdtemp(prefix="batchlog-chaos-replay-")) / "ops.json"
+        replay.write_text(json.dumps(short, indent=1))
+        print(f"shortest failing list: {len(short)} operations, in {replay}")
+        print(f"replay: bench/run chaos --replay {replay}")
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
