@@ -81,9 +81,16 @@ object HeadStart {
       checkpointRoot: String,
       queryId: String
   ): Seq[Long] = {
-    // One listing of offsets/ (which Spark lists next anyway) in the common case: no gap.
     val cp = new QueryCheckpoint(spark, checkpointRoot)
-    if (!StrayBatches.hasGap(cp.offsetIds)) return Nil
+    // A zombie paused between renaming a checkpoint file and its checksum renames the checksum
+    // once it resumes, after a rewind removed the file: with `.N.crc` and no `N`, Spark could never
+    // write batch N again ("Multiple streaming queries ..."). Such a checksum is never part of a
+    // write in progress (the file is renamed first): it goes (a local disk only).
+    cp.removeStrayChecksums(cp.commitsDir, cp.commitIds.lastOption.getOrElse(-1L))
+    val offsets = cp.offsetIds
+    cp.removeStrayChecksums(cp.offsetsDir, offsets.lastOption.getOrElse(-1L))
+    // One listing of offsets/ (which Spark lists next anyway) in the common case: no gap.
+    if (!StrayBatches.hasGap(offsets)) return Nil
     val meta =
       try BatchTaggedFileStreamSinkLog.metadataPathOf(spark, output)
       catch { case e: BatchLogException if e.code == BatchLogException.NotASink => return Nil }
