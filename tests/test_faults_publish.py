@@ -47,6 +47,12 @@ from storage_support import (  # noqa: F401  (hdfs: the fixture)
 from support import QUERY_TIMEOUT_S, cli_here, session_conf, wait_until
 
 BATCHES = 7  # compactInterval 3: compact files 2 and 5
+#: The S3 queries' session: batchlog's committer, compactInterval 3, one task a batch.
+S3_CONFS = {
+    COMMIT_PROTOCOL_KEY: batchlog.COMMIT_PROTOCOL_CLASS,
+    COMPACT_INTERVAL_KEY: "3",
+    "spark.sql.shuffle.partitions": "1",
+}
 
 
 def _lost_answer_run(tmp_path: Path, out: str, chk: str, regex: str, jars: str) -> str:
@@ -152,9 +158,8 @@ def test_a_conditional_put_applied_with_its_answer_lost_commits_the_batch_once(
     bucket = store.bucket()
     out, chk = f"s3a://{bucket}/out", f"s3a://{bucket}/chk"
     store.inject(lose_answer=rf"^{bucket}/out/_spark_metadata/3$")
-    confs = {COMMIT_PROTOCOL_KEY: batchlog.COMMIT_PROTOCOL_CLASS, COMPACT_INTERVAL_KEY: "3"}
     try:
-        with session_conf(spark, {**confs, "spark.sql.shuffle.partitions": "1"}):
+        with session_conf(spark, S3_CONFS):
             assert _run_on_s3(spark, tmp_path, out, chk) == list(range(BATCHES))
     finally:
         store.inject()
@@ -174,10 +179,9 @@ def test_a_publish_failing_unapplied_keeps_its_files_and_the_restart_commits_it_
     bucket = store.bucket(**{"retry.limit": "1", "attempts.maximum": "1"})
     out, chk = f"s3a://{bucket}/out", f"s3a://{bucket}/chk"
     drop_inputs(tmp_path / "in", {b: rows_of(b) for b in range(BATCHES)})
-    confs = {COMMIT_PROTOCOL_KEY: batchlog.COMMIT_PROTOCOL_CLASS, COMPACT_INTERVAL_KEY: "3"}
     store.inject(fail_publish=rf"^{bucket}/out/_spark_metadata/3$")
     try:
-        with session_conf(spark, {**confs, "spark.sql.shuffle.partitions": "1"}):
+        with session_conf(spark, S3_CONFS):
             query = start_query(spark, tmp_path / "in", out, chk, stateful=False)
             with pytest.raises(
                 batchlog.CommitOutcomeUnknownError, match="the store does not show the file now"
@@ -190,7 +194,7 @@ def test_a_publish_failing_unapplied_keeps_its_files_and_the_restart_commits_it_
     kept = batchlog.verify(spark, out)
     assert kept.healthy and kept.orphan_count > 0
     assert {o.batch_id for o in kept.orphans} == {3}
-    with session_conf(spark, {**confs, "spark.sql.shuffle.partitions": "1"}):
+    with session_conf(spark, S3_CONFS):
         assert run_query(spark, RemoteFs(spark, out), tmp_path / "in", out, chk, False) == [
             3,
             4,
@@ -223,9 +227,8 @@ def test_a_multipart_completion_applied_with_its_answer_lost_commits_the_compact
     # every attempt's answer lost: the client's retries of the completion fail too
     store.inject(lose_answer=rf"^{bucket}/out/_spark_metadata/5\.compact$", lose_answer_times=100)
     before = stats()
-    confs = {COMMIT_PROTOCOL_KEY: batchlog.COMMIT_PROTOCOL_CLASS, COMPACT_INTERVAL_KEY: "3"}
     try:
-        with session_conf(spark, {**confs, "spark.sql.shuffle.partitions": "1"}):
+        with session_conf(spark, S3_CONFS):
             assert _run_on_s3(spark, tmp_path, out, chk) == list(range(BATCHES))
     finally:
         store.inject()
@@ -253,8 +256,7 @@ def test_uploads_left_open_under_the_log_are_reported_and_vacuumed(
     whose name starts with this one's."""
     bucket = store.bucket()
     out, chk = f"s3a://{bucket}/out", f"s3a://{bucket}/chk"
-    confs = {COMMIT_PROTOCOL_KEY: batchlog.COMMIT_PROTOCOL_CLASS, COMPACT_INTERVAL_KEY: "3"}
-    with session_conf(spark, {**confs, "spark.sql.shuffle.partitions": "1"}):
+    with session_conf(spark, S3_CONFS):
         assert _run_on_s3(spark, tmp_path, out, chk) == list(range(BATCHES))
 
     def open_upload(key: str) -> str:
