@@ -41,7 +41,10 @@ assert Path(batchlog.__file__).resolve().parent == PYTHON_DIR / "batchlog", batc
 
 #: The test kit's jar (``dev/sbt copyTestkitJar``): fault injection and the halt-after-rewind-step
 #: listener, never part of the product jar. Sessions that inject faults add it to the class path.
-TESTKIT_JAR = REPO / "tests" / "jars" / "batchlog-testkit.jar"
+#: ``$BATCHLOG_TESTKIT_JAR`` if set (a long chaos run keeps its own copy while the tree rebuilds)
+TESTKIT_JAR = Path(
+    os.environ.get("BATCHLOG_TESTKIT_JAR") or REPO / "tests" / "jars" / "batchlog-testkit.jar"
+)
 FAULT_MANAGER = "io.batchlog.testkit.FaultInjectingCheckpointFileManager"
 HALT_LISTENER = "io.batchlog.testkit.HaltAfterRewindStep"
 STEP_LISTENER_KEY = "spark.batchlog.rewind.stepListener"
@@ -76,6 +79,10 @@ def halt_after_rewind_step_confs(step: str) -> list[str]:
 S3A_CLASSPATH = str(REPO / ".tools" / "storage" / "s3a" / "*")
 
 
+MAINTENANCE_INTERVAL = "spark.sql.streaming.stateStore.maintenanceInterval"
+MAINTENANCE_S = 2
+
+
 def get_spark() -> SparkSession:
     """The one session of the test process: local[2], the batchlog jar, quiet logs, and
     ``s3a://`` on its driver's class path (the ``s3`` fixture points it at its server)."""
@@ -85,6 +92,9 @@ def get_spark() -> SparkSession:
         .appName("batchlog-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
+        # a rewind waits out the state store maintenance a stopped query still owes (60 s by
+        # default): 2 s keeps the stateful rewind tests short, and their late snapshots early
+        .config(MAINTENANCE_INTERVAL, f"{MAINTENANCE_S}s")
         .config("spark.driver.extraClassPath", S3A_CLASSPATH)
         .getOrCreate()
     )

@@ -4,11 +4,13 @@ import java.io.File
 import java.nio.charset.StandardCharsets.UTF_8
 import java.nio.file.Files
 
-import io.batchlog.checkpoint.{QueryCheckpoint, StateFiles}
+import io.batchlog.checkpoint.{QueryCheckpoint, StateFiles, StateMaintenance}
+import io.batchlog.log.Clock
 
 /**
  * Which state store files a rewind deletes ([[StateFiles]]): by name (pure), then over a real
- * `state/` tree with the providers' layouts.
+ * `state/` tree with the providers' layouts. And how long a rewind waits for the state store
+ * maintenance a stopped query still owes ([[StateMaintenance]]), by the store's clock.
  */
 class StateFilesSuite extends SparkSessionTestBase {
 
@@ -110,6 +112,68 @@ class StateFilesSuite extends SparkSessionTestBase {
           "provider com.example.Custom is unknown to batchlog."),
         e.getMessage
       )
+    }
+  }
+
+  // ---- StateMaintenance: the store's clock is the local file system's modification times, moved
+  // back by the manual clock's sleeps (time passing for the store) --------------------------------
+
+  private val IntervalMs = 3000L
+
+  /** Waits as a rewind would, with the files' times moved back by each sleep; the waits asked. */
+  private def awaitSettled(cp: QueryCheckpoint, onSleep: Long => Unit = _ => ()): Seq[Long] = {
+    val waits = Seq.newBuilder[Long]
+    val clock = new ManualClock()
+    clock.wallOffsetMs = -10 * 60 * 1000L // the host's wall clock, minutes off: never read
+    clock.onSleep = { ms =>
+      age(cp, ms); onSleep(ms)
+    }
+    spark.conf.set(StateMaintenance.IntervalKey, s"${IntervalMs}ms")
+    try Clock.using(clock)(StateMaintenance.awaitSettled(spark, cp)(waits += _))
+    finally spark.conf.unset(StateMaintenance.IntervalKey)
+    waits.result()
+  }
+
+  private def age(cp: QueryCheckpoint, ms: Long): Unit =
+    io.batchlog.log.FileTree.foreachFile(cp.fs, cp.stateDir) { f =>
+      cp.fs.setTimes(f.getPath, f.getModificationTime - ms, -1)
+    }
+
+  test("a rewind waits for the maintenance interval plus a margin after the newest state file") {
+    withTempDir { root =>
+      val cp = checkpoint(root, Seq("0/0/1.zip", "0/0/2.changelog"))
+      val waits = awaitSettled(cp)
+      assert(waits.length === 1)
+      // written just now: the whole interval and margin, less the time the test took
+      val full = IntervalMs + StateMaintenance.MarginMs
+      assert(waits.head <= full && waits.head > full - 2000, waits)
+      assert(!new File(root, StateMaintenance.ProbeName).exists(), "the probe file is deleted")
+    }
+  }
+
+  test("state files older than the interval and margin: no wait; no state/: no wait") {
+    withTempDir { root =>
+      assert(awaitSettled(checkpoint(root, Nil)) === Nil)
+      val cp = checkpoint(root, Seq("0/0/1.zip"))
+      age(cp, IntervalMs + StateMaintenance.MarginMs + 1000)
+      assert(awaitSettled(cp) === Nil)
+    }
+  }
+
+  test("a snapshot the maintenance writes during the wait starts the wait again") {
+    withTempDir { root =>
+      val cp = checkpoint(root, Seq("0/0/10.changelog"))
+      var uploaded = false
+      val waits = awaitSettled(
+        cp,
+        _ =>
+          if (!uploaded) { // the old run's snapshot of version 10 lands, written now
+            uploaded = true
+            checkpoint(root, Seq("0/0/10.zip"))
+          }
+      )
+      assert(waits.length === 2, waits)
+      assert(waits(1) > IntervalMs, waits)
     }
   }
 }

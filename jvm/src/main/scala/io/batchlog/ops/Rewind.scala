@@ -9,7 +9,7 @@ import org.apache.spark.sql.SparkSession
 import io.batchlog.shim.CheckpointFileManager
 
 import io.batchlog.{BatchLogConf, BatchLogException}
-import io.batchlog.checkpoint.{QueryCheckpoint, StateFiles, StrayBatches}
+import io.batchlog.checkpoint.{QueryCheckpoint, StateFiles, StateMaintenance, StrayBatches}
 import io.batchlog.log.{
   BatchTaggedFileStreamSinkLog,
   DataFileNaming,
@@ -335,6 +335,13 @@ object Rewind {
     // writer added above the target after the plan's listing go too.
     val cp = new QueryCheckpoint(spark, plan.checkpoint.toString)
     step("state") {
+      StateMaintenance.awaitSettled(spark, cp) { ms =>
+        progress.note(
+          f"rewind: waiting ${ms / 1000.0}%.1f s for the state store maintenance the stopped " +
+            s"query still owes its checkpoint (${StateMaintenance.IntervalKey} after its newest " +
+            "state file): a snapshot it writes later would bring back state above the target"
+        )
+      }
       if (plan.removeStateDir || (plan.toBatch == 0 && cp.fs.exists(cp.stateDir))) {
         cpFm.delete(new Path(plan.checkpoint, "state"))
       } else ParallelDelete(
