@@ -55,7 +55,44 @@ object StrayBatches extends Logging {
           s"$kept (a fenced writer's, on a rewound checkpoint): removing them, with the state " +
           s"versions above $kept and the source logs past batch $kept's offsets"
       )
-      StateFiles.toDelete(cp, kept, None).foreach(f => cp.fm.delete(f.getPath))
+      cutAbove(spark, cp, kept)
+    }
+    strays
+  }
+
+  /**
+   * Batches `cp` commits above `sinkLatest`, the latest batch of the sink its query owns, made to
+   * run again; their ids.
+   *
+   * Spark writes `commits/N` after the sink logged batch N, so a commit above the sink's latest is
+   * not the sink's. A fenced zombie renames its `commits/N` after the rewind that cut N (it wrote
+   * the file before its pause); a `repair` cannot rebuild a last batch that wrote no file. Either
+   * way the sink would refuse the query's next batch for good (it expects `sinkLatest + 1`). The
+   * checkpoint is cut as a rewind to `sinkLatest + 1` would cut it: state versions above it, the
+   * source logs past its offsets, the offsets above it, then the commits from it (last, so that a
+   * crash in between leaves them for the next start to find).
+   */
+  def healAhead(spark: SparkSession, cp: QueryCheckpoint, sinkLatest: Long): Seq[Long] = {
+    val next = sinkLatest + 1
+    val ahead = cp.commitIds.filter(_ >= next)
+    if (ahead.nonEmpty) {
+      logWarning(
+        s"${cp.commitsDir} commits batches ${ahead.mkString(", ")}, above the sink's latest batch " +
+          s"$sinkLatest (a fenced writer's commit after a rewind, or a last batch a repair could " +
+          s"not rebuild): batch $next runs again; removing the offsets and state versions above " +
+          s"it, the source logs past its offsets and the commits from it"
+      )
+      cutAbove(spark, cp, next)
+      ahead.reverse.foreach(n => cp.fm.delete(cp.commitFile(n)))
+      cp.removeStrayChecksums(cp.commitsDir, next - 1)
+    }
+    ahead
+  }
+
+  /** Cuts `cp` back above batch `kept`: state versions, source logs past its offsets, offsets. */
+  private def cutAbove(spark: SparkSession, cp: QueryCheckpoint, kept: Long): Unit = {
+    StateFiles.toDelete(cp, kept, None).foreach(f => cp.fm.delete(f.getPath))
+    if (cp.offsetIds.contains(kept)) {
       val at = cp.offsets(kept)
       val default = spark.sessionState.conf.fileSourceLogCompactInterval
       cp.sourceIndexes.foreach { i =>
@@ -67,9 +104,8 @@ object StrayBatches extends Logging {
           cp.removeStrayChecksums(dir, k)
         }
       }
-      strays.reverse.foreach(n => cp.fm.delete(cp.offsetsFile(n)))
-      cp.removeStrayChecksums(cp.offsetsDir, kept)
     }
-    strays
+    cp.offsetIds.filter(_ > kept).reverse.foreach(n => cp.fm.delete(cp.offsetsFile(n)))
+    cp.removeStrayChecksums(cp.offsetsDir, kept)
   }
 }

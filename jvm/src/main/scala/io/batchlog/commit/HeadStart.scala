@@ -72,7 +72,9 @@ object HeadStart {
    * What a fenced zombie of the query `queryId` planned on its rewound checkpoint `checkpointRoot`
    * (batches above a gap in `offsets/`, [[StrayBatches]]), removed before the query's first batch
    * when the query owns the sink at `output`: without it Spark's restart fails (it reads the
-   * missing `offsets/N-1`) and a file source would skip the files logged there for good. The ids
+   * missing `offsets/N-1`) and a file source would skip the files logged there for good. Also the
+   * commits above the sink's latest batch ([[StrayBatches.healAhead]]: a zombie's late `commits/N`,
+   * or a last batch a repair could not rebuild), which the sink would refuse for good. The ids
    * removed; none for a query that does not own the sink (it is refused) or has no strays.
    */
   def healStrays(
@@ -87,18 +89,16 @@ object HeadStart {
     // write batch N again ("Multiple streaming queries ..."). Such a checksum is never part of a
     // write in progress (the file is renamed first): it goes (a local disk only).
     cp.removeStrayChecksums(cp.commitsDir, cp.commitIds.lastOption.getOrElse(-1L))
-    val offsets = cp.offsetIds
-    cp.removeStrayChecksums(cp.offsetsDir, offsets.lastOption.getOrElse(-1L))
-    // One listing of offsets/ (which Spark lists next anyway) in the common case: no gap.
-    if (!StrayBatches.hasGap(offsets)) return Nil
+    cp.removeStrayChecksums(cp.offsetsDir, cp.offsetIds.lastOption.getOrElse(-1L))
     val meta =
       try BatchTaggedFileStreamSinkLog.metadataPathOf(spark, output)
       catch { case e: BatchLogException if e.code == BatchLogException.NotASink => return Nil }
     val fm = CheckpointFileManager.create(meta, spark.sessionState.newHadoopConf())
     if (!SinkRecord.read(fm, meta).flatMap(_.owner).exists(_.queryId == queryId)) Nil
     else {
-      val latest = new BatchTaggedFileStreamSinkLog(spark, meta.toString).getLatestBatchId()
-      StrayBatches.heal(spark, cp, latest.getOrElse(-1L))
+      val latest =
+        new BatchTaggedFileStreamSinkLog(spark, meta.toString).getLatestBatchId().getOrElse(-1L)
+      StrayBatches.healAhead(spark, cp, latest) ++ StrayBatches.heal(spark, cp, latest)
     }
   }
 
