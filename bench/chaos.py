@@ -9,19 +9,24 @@ then with a store fault from the test kit's ``CheckpointFileManager`` (a create,
 list that fails, or a rename that hangs); stop it; SIGKILL it at a random moment; SIGSTOP it past
 its lease, rewind under it, SIGCONT it; rewind a stopped sink to a random batch; vacuum; verify;
 delete ``_spark_metadata`` and repair; bit rot in a compact file that keeps its JSON valid, then
-repair; settle (the query run to the end of its input in this process).
+repair; settle (the query run to the end of its input in this process); run the downstream hop
+(a ``batchlog``-source reader of the sink, two upstream batches a trigger, to its own sink),
+rewound as its runbook says when an upstream rewind stops it; take the sink over with a new query
+(its own input and checkpoint) after stopping or killing the writer.
 
 After every step the model is checked: plain Spark (a process without batchlog's jar) reads no
 id twice and only ids fed; ``files(b)`` lists only files tagged with batch b that exist; verify
-says healthy, unless damage is pending (then unhealthy); nothing outside the sink and its
-checkpoint changed (a sentinel directory, linked from the output). After a settle, plain Spark
-reads exactly the ids fed, each once.
+says healthy, unless damage is pending (then unhealthy); the same for the downstream's sink,
+where no id fed may appear twice either; the ids a new owner's first batches read (the sink skips
+them by design) never appear; nothing outside the sinks and checkpoints changed (a sentinel
+directory, linked from the output). After a settle, plain Spark reads exactly the ids fed, each
+once, from the sink and from the downstream's.
 
 On a violation it prints the seed and the operations, shrinks them (drops operations one at a
 time while the violation stays, within ``--shrink-minutes``) and writes the shortest list to a
 file, with the command that replays it. Exit 1 on a violation.
 
-Not yet: the S3 test server, a downstream ``batchlog``-source reader and its cascade, takeover.
+Not yet: the S3 test server, the cascade (issue 41).
 """
 
 from __future__ import annotations
@@ -73,6 +78,8 @@ MENU = {
     "delete-metadata": 1,
     "rot-compact": 1,
     "settle": 2,
+    "downstream": 3,
+    "takeover": 1,
 }
 #: Store faults a writer may start with: (op, path regex, action).
 FAULTS = [
@@ -96,14 +103,20 @@ class World:
     root: Path
     spark: Any
     fed: list[int] = field(default_factory=list)
+    #: ids a new owner's first batches read, which the sink skips by design (never in it)
+    skipped: list[int] = field(default_factory=list)
     next_file: int = 0
     writer: subprocess.Popen[bytes] | None = None
     damaged: bool = False
+    #: the lowest upstream batch rewound since the downstream last ran to the end
+    up_rewound: int | None = None
+    #: the takeovers so far: the writing query's input and checkpoint are those of the latest
+    owners: int = 0
     counts: Counter[str] = field(default_factory=Counter)
 
     @property
     def inp(self) -> Path:
-        return self.root / "in"
+        return self.root / ("in" if self.owners == 0 else f"in-{self.owners}")
 
     @property
     def out(self) -> Path:
@@ -111,7 +124,16 @@ class World:
 
     @property
     def chk(self) -> Path:
-        return self.root / "chk"
+        return self.root / ("chk" if self.owners == 0 else f"chk-{self.owners}")
+
+    @property
+    def down_out(self) -> Path:
+        """The downstream hop's sink: a ``batchlog``-source reader of ``out``."""
+        return self.root / "down-out"
+
+    @property
+    def down_chk(self) -> Path:
+        return self.root / "down-chk"
 
     @property
     def control(self) -> Path:
@@ -242,11 +264,80 @@ def apply(w: World, op: dict[str, Any]) -> bool:
             w.damaged = True
     elif kind == "settle":
         _settle(w)
+    elif kind == "downstream" and _is_sink(w) and not w.damaged and _plain_ids(w):
+        _downstream(w)
+    elif kind == "takeover" and _is_sink(w) and not w.damaged:
+        _takeover(w, op["kill"])
     else:
         return False
     if kind in ("delete-metadata", "rot-compact") and w.damaged:
         _repair(w)
     return True
+
+
+def _downstream(w: World) -> None:
+    """Runs the downstream hop to the end of the upstream sink, here: a ``batchlog``-source
+    reader (two upstream batches a trigger). Stopped by an upstream rewind below what it read, it
+    is rewound as its runbook says (docs/runbook/upstream-rewound.md), then run again."""
+    try:
+        _run_downstream(w)
+    except batchlog.UpstreamRewoundError as e:
+        if w.up_rewound is None:
+            raise Violation(f"the downstream stopped with no upstream rewind: {e}") from None
+        w.counts["downstream: rewound after its upstream"] += 1
+        batchlog.rewind(
+            w.spark, str(w.down_out), str(w.down_chk), _down_batch(w, w.up_rewound), quiet=True
+        )
+        _run_downstream(w)
+    w.up_rewound = None
+
+
+def _run_downstream(w: World) -> None:
+    spark = w.spark
+    with session_conf(spark, {**SINK_CONFS, "spark.sql.streaming.schemaInference": "true"}):
+        q = (
+            spark.readStream.format("batchlog")
+            .option("maxBatchesPerTrigger", 2)
+            .load(str(w.out))
+            .writeStream.format("parquet")
+            .option("checkpointLocation", str(w.down_chk))
+            .trigger(availableNow=True)
+            .start(str(w.down_out))
+        )
+        try:
+            batchlog.await_query(q, 300)
+        finally:
+            if q.isActive:
+                q.stop()
+
+
+def _down_batch(w: World, up_batch: int) -> int:
+    """The downstream's first batch that read upstream batch ``up_batch`` or later: its
+    ``offsets/N`` record the upstream batch read up to."""
+    offsets = sorted(int(p.name) for p in (w.down_chk / "offsets").iterdir() if p.name.isdigit())
+    for n in offsets:
+        last = (w.down_chk / "offsets" / str(n)).read_text().strip().splitlines()[-1]
+        if json.loads(last)["batchId"] >= up_batch:
+            return n
+    return offsets[-1] + 1 if offsets else 0
+
+
+def _takeover(w: World, kill: bool) -> None:
+    """A new query (its own input and checkpoint) replaces the writer, stopped or killed: the
+    old one's input is first run to its end; the takeover moves the sink; the new query's first
+    batches, up to the sink's latest, are skipped by the sink (its ids: ``w.skipped``)."""
+    if kill:
+        _kill(w)
+    _settle(w)
+    latest = _latest(w)
+    w.owners += 1
+    before = w.next_file
+    w.skipped += write_input(w.inp, w.next_file, latest + 1, ROWS)
+    w.next_file += latest + 1
+    report = batchlog.takeover(w.spark, str(w.out), str(w.chk))
+    if report.skipped_batches != 0:  # a new checkpoint has no batch yet
+        raise Violation(f"takeover to a new checkpoint reports {report.skipped_batches} skipped")
+    print(f"[chaos] takeover: owner {w.owners}, files {before}.. skipped", flush=True)
 
 
 def _rewind(w: World, frac: float) -> None:
@@ -260,7 +351,12 @@ def _rewind(w: World, frac: float) -> None:
         try:
             batchlog.rewind(spark, str(w.out), str(w.chk), to, quiet=True)
         except batchlog.WriterActiveError:
-            pass  # a live writer refused it: as it must
+            return  # a live writer refused it: as it must
+    _rewound(w, to)
+
+
+def _rewound(w: World, to: int) -> None:
+    w.up_rewound = to if w.up_rewound is None else min(w.up_rewound, to)
 
 
 def _repair(w: World) -> None:
@@ -272,7 +368,9 @@ def _repair(w: World) -> None:
     print(f"[chaos] repaired; suspect batches {report.suspect_batches}", flush=True)
     if report.suspect_batches:
         w.counts["repair: suspect batches rewound"] += 1
-        batchlog.rewind(spark, str(w.out), str(w.chk), min(report.suspect_batches), quiet=True)
+        to = min(report.suspect_batches)
+        batchlog.rewind(spark, str(w.out), str(w.chk), to, quiet=True)
+        _rewound(w, to)
 
 
 def _settle(w: World) -> None:
@@ -283,20 +381,29 @@ def _settle(w: World) -> None:
     if w.damaged:
         _repair(w)
     run_stream(w.spark, w.inp, w.out, w.chk)
-    ids = _plain_ids(w)
-    if ids != sorted(w.fed):
+    _exactly(w, "the sink", _plain_ids(w))
+    if _plain_ids(w):
+        _downstream(w)
+        _exactly(w, "the downstream", _plain_ids(w, w.down_out))
+
+
+def _exactly(w: World, what: str, ids: list[int]) -> None:
+    if sorted(ids) != sorted(w.fed):
         missing = sorted(set(w.fed) - set(ids))[:10]
         extra = [i for i, n in Counter(ids).items() if n > 1][:10]
-        raise Violation(f"after settle: missing {missing}, twice {extra}, of {len(w.fed)}")
+        raise Violation(f"after settle, {what}: missing {missing}, twice {extra}, of {len(w.fed)}")
 
 
-def _plain_ids(w: World) -> list[int]:
-    """The ids plain Spark reads from the sink (none while its log lists no file: Spark cannot
-    infer a schema from no file)."""
-    log = batchlog.SinkLog(w.spark, str(w.out))
+def _plain_ids(w: World, out: Path | None = None) -> list[int]:
+    """The ids plain Spark reads from a sink (``out``, the upstream by default; none while its log
+    lists no file: Spark cannot infer a schema from no file)."""
+    out = w.out if out is None else out
+    if not (out / "_spark_metadata").is_dir():
+        return []
+    log = batchlog.SinkLog(w.spark, str(out))
     if not any(log.files(b) for b in log.batches()):
         return []
-    return list(plain_read(w.out)["ids"])
+    return list(plain_read(out)["ids"])
 
 
 def check(w: World) -> None:
@@ -312,15 +419,23 @@ def check(w: World) -> None:
         raise Violation(f"verify says healthy={report.healthy}, damage pending={w.damaged}")
     if w.damaged:
         return
-    ids = _plain_ids(w)
-    twice = [i for i, n in Counter(ids).items() if n > 1]
-    if twice or not set(ids) <= set(w.fed):
-        raise Violation(f"plain Spark reads twice {twice[:10]} or unfed {set(ids) - set(w.fed)}")
-    log = batchlog.SinkLog(spark, str(w.out))
-    for b in log.batches():
-        for f in log.files(b):
-            if f"-batch-{b}-" not in f or not Path(f.removeprefix("file:")).exists():
-                raise Violation(f"files({b}) lists {f}")
+    for out in (w.out, w.down_out):
+        if not (out / "_spark_metadata").is_dir():
+            continue
+        if out != w.out and not batchlog.verify(spark, str(out)).healthy:
+            raise Violation(f"verify calls the downstream {out} unhealthy")
+        ids = _plain_ids(w, out)
+        twice = [i for i, n in Counter(ids).items() if n > 1]
+        if twice or not set(ids) <= set(w.fed):
+            raise Violation(
+                f"plain Spark reads {out.name}: twice {twice[:10]}, not fed or skipped by design "
+                f"{sorted(set(ids) - set(w.fed))[:10]}"
+            )
+        log = batchlog.SinkLog(spark, str(out))
+        for b in log.batches():
+            for f in log.files(b):
+                if f"-batch-{b}-" not in f or not Path(f.removeprefix("file:")).exists():
+                    raise Violation(f"files({b}) of {out.name} lists {f}")
 
 
 def new_world(spark: Any) -> World:
@@ -350,6 +465,8 @@ def plan(seed: int, n: int) -> list[dict[str, Any]]:
             op["after_s"] = round(rng.uniform(0, 4), 1)
         elif kind in ("rewind", "pause-rewind"):
             op["frac"] = round(rng.random(), 2)
+        elif kind == "takeover":
+            op["kill"] = rng.random() < 0.5
         ops.append(op)
     return ops
 
@@ -374,6 +491,9 @@ def run(spark: Any, ops: list[dict[str, Any]], deadline: float) -> tuple[int, Wo
         return done, w, None
     except Violation as v:
         return done + 1, w, str(v)
+    except Exception as e:  # an operation that fails where the model says it works
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        return done + 1, w, f"{type(e).__name__}: {first[:600]}"
     finally:
         _kill(w)
 
