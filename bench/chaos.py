@@ -1,18 +1,18 @@
-"""A seeded chaos campaign against one batchlog sink (first version: one hop, the local disk).
+"""A seeded chaos campaign against a two-hop pipeline of batchlog sinks (local disk or S3).
 
-    bench/run chaos --seed S --minutes M [--json FILE]
-    bench/run chaos --replay FILE          the operations a failed run wrote, again
+    bench/run chaos --seed S --minutes M [--store local|s3] [--json FILE]
+    bench/run chaos [--store s3] --replay FILE    the operations a failed run wrote, again
 
 Random operations from a weighted menu, each applied to a real sink written by real queries:
 feed input; start a writer (a ``spark-submit`` driver, ``tests/apps/live_writer_app.py``), now and
 then with a store fault from the test kit's ``CheckpointFileManager`` (a create, rename, delete or
 list that fails, or a rename that hangs); stop it; SIGKILL it at a random moment; SIGSTOP it past
 its lease, rewind under it, SIGCONT it; rewind a stopped sink to a random batch; vacuum; verify;
-delete ``_spark_metadata`` and repair; bit rot in a compact file that keeps its JSON valid, then
-repair; settle (the query run to the end of its input in this process); run the downstream hop
-(a ``batchlog``-source reader of the sink, two upstream batches a trigger, to its own sink),
-rewound as its runbook says when an upstream rewind stops it; take the sink over with a new query
-(its own input and checkpoint) after stopping or killing the writer.
+delete ``_spark_metadata`` and repair; bit rot in a compact file that keeps its JSON valid, or in
+a compact file's index, then repair; settle (the query run to the end of its input in this
+process); run the downstream hop (a ``batchlog``-source reader of the sink, two upstream batches a
+trigger, to its own sink), rewound as its runbook says when an upstream rewind stops it; take the
+sink over with a new query (its own input and checkpoint) after stopping or killing the writer.
 
 After every step the model is checked: plain Spark (a process without batchlog's jar) reads no
 id twice and only ids fed; ``files(b)`` lists only files tagged with batch b that exist; verify
@@ -26,7 +26,12 @@ On a violation it prints the seed and the operations, shrinks them (drops operat
 time while the violation stays, within ``--shrink-minutes``) and writes the shortest list to a
 file, with the command that replays it. Exit 1 on a violation.
 
-Not yet: the S3 test server, the cascade (issue 41).
+With ``--store s3`` the sink and its checkpoints live in a bucket of the S3 test server (moto
+behind ``tests/servers/s3_server.py``), the downstream hop on the local disk; a writer may then
+also start with a fault of that server: a publish applied with its answer lost (once, or with its
+retries' too), or one that fails unapplied.
+
+Not yet: the cascade (issue 41).
 """
 
 from __future__ import annotations
@@ -61,7 +66,14 @@ from reliability_support import (  # noqa: E402
     spark_submit,
     write_input,
 )
-from support import get_spark, rot_compact, session_conf, testkit_jar_path  # noqa: E402
+from storage_support import RemoteFs, create_bucket, s3a_conf, start_s3, stop_server  # noqa: E402
+from support import (  # noqa: E402
+    S3A_CLASSPATH,
+    get_spark,
+    rot_compact,
+    session_conf,
+    testkit_jar_path,
+)
 
 ROWS = 3
 LEASE = "4s"
@@ -77,6 +89,7 @@ MENU = {
     "verify": 2,
     "delete-metadata": 1,
     "rot-compact": 1,
+    "rot-index": 1,
     "settle": 2,
     "downstream": 3,
     "takeover": 1,
@@ -89,6 +102,17 @@ FAULTS = [
     ("delete", r"_spark_metadata/\d+$", "fail"),
     ("list", r"_spark_metadata$", "fail"),
     ("rename", r"_spark_metadata/\d+\.compact$", "stall"),
+    ("createAtomic", r"_spark_metadata/\d+$", "stall"),
+    ("list", r"_spark_metadata$", "stall"),
+]
+
+
+#: Store faults of the S3 test server a writer may start with (``s3_server.py``): a publish
+#: applied with its answer lost (once, or with the retries' too), or failing unapplied.
+S3_FAULTS = [
+    {"lose_answer": r"/out/_spark_metadata/\d+$"},
+    {"lose_answer": r"/out/_spark_metadata/\d+\.compact$", "lose_answer_times": 3},
+    {"fail_publish": r"/out/_spark_metadata/\d+$"},
 ]
 
 
@@ -97,11 +121,27 @@ class Violation(Exception):
 
 
 @dataclass
+class S3:
+    """The S3 test server of a run (moto behind ``s3_server.py``'s fault step): one bucket per
+    world, its faults file."""
+
+    endpoint: str
+    faults: Path
+    proc: subprocess.Popen[bytes]
+
+    def inject(self, faults: dict[str, Any] | None) -> None:
+        self.faults.write_text(json.dumps(faults or {}))
+
+
+@dataclass
 class World:
     """A sink, its checkpoint and input in a fresh directory, the writer process, the model."""
 
     root: Path
     spark: Any
+    #: where the sink and its checkpoints live: ``file:<root>`` or ``s3a://<bucket>``
+    base: str
+    s3: S3 | None = None
     fed: list[int] = field(default_factory=list)
     #: ids a new owner's first batches read, which the sink skips by design (never in it)
     skipped: list[int] = field(default_factory=list)
@@ -119,21 +159,30 @@ class World:
         return self.root / ("in" if self.owners == 0 else f"in-{self.owners}")
 
     @property
-    def out(self) -> Path:
-        return self.root / "out"
+    def out(self) -> str:
+        return f"{self.base}/out"
 
     @property
-    def chk(self) -> Path:
-        return self.root / ("chk" if self.owners == 0 else f"chk-{self.owners}")
+    def chk(self) -> str:
+        return f"{self.base}/" + ("chk" if self.owners == 0 else f"chk-{self.owners}")
 
     @property
-    def down_out(self) -> Path:
-        """The downstream hop's sink: a ``batchlog``-source reader of ``out``."""
-        return self.root / "down-out"
+    def down_out(self) -> str:
+        """The downstream hop's sink, on the local disk: a ``batchlog``-source reader of ``out``."""
+        return f"file:{self.root}/down-out"
 
     @property
     def down_chk(self) -> Path:
         return self.root / "down-chk"
+
+    @property
+    def fs(self) -> RemoteFs:
+        return RemoteFs(self.spark, self.base)
+
+    @property
+    def hadoop(self) -> dict[str, str]:
+        """What a plain reader needs to reach the store."""
+        return s3a_conf(self.s3.endpoint) if self.s3 else {}
 
     @property
     def control(self) -> Path:
@@ -165,7 +214,10 @@ def _writer_cmd(w: World, fault: tuple[str, str, str] | None) -> list[str]:
                 "spark.hadoop.spark.batchlog.test.fault.stallMs": "6000",
             }
         )
+    confs.update({f"spark.hadoop.{k}": v for k, v in w.hadoop.items()})
     cmd = [spark_submit(), "--master", "local[2]", "--jars", jars]
+    if w.s3:
+        cmd += ["--driver-class-path", S3A_CLASSPATH]
     for k, v in confs.items():
         cmd += ["--conf", f"{k}={v}"]
     return (
@@ -179,13 +231,6 @@ def _running(w: World) -> bool:
     return w.writer is not None and w.writer.poll() is None
 
 
-def _reap(w: World, timeout: float = 300) -> None:
-    if w.writer is not None:
-        if w.writer.poll() is None:
-            w.writer.wait(timeout=timeout)
-        w.writer = None
-
-
 def _kill(w: World) -> None:
     if _running(w):
         assert w.writer is not None
@@ -193,13 +238,24 @@ def _kill(w: World) -> None:
     _reap(w, 60)
 
 
+def _reap(w: World, timeout: float = 300) -> None:
+    """Waits for the writer to end; the store's faults end with it."""
+    if w.writer is not None:
+        if w.writer.poll() is None:
+            w.writer.wait(timeout=timeout)
+        w.writer = None
+    if w.s3:
+        w.s3.inject(None)
+
+
 def _latest(w: World) -> int:
     latest = batchlog.SinkLog(w.spark, str(w.out)).latest_batch() if _is_sink(w) else None
     return -1 if latest is None else int(latest)
 
 
-def _is_sink(w: World) -> bool:
-    return (w.out / "_spark_metadata").is_dir()
+def _is_sink(w: World, out: str | None = None) -> bool:
+    out = w.out if out is None else out
+    return bool(RemoteFs(w.spark, out).exists(f"{out}/_spark_metadata"))
 
 
 def apply(w: World, op: dict[str, Any]) -> bool:
@@ -214,6 +270,8 @@ def apply(w: World, op: dict[str, Any]) -> bool:
         _reap(w)
         (w.control / "stop").unlink(missing_ok=True)
         fault = (op["fault"][0], op["fault"][1], op["fault"][2]) if op.get("fault") else None
+        if w.s3:
+            w.s3.inject(op.get("s3_fault"))
         with open(w.root / "writer.log", "ab") as log:
             w.writer = subprocess.Popen(
                 _writer_cmd(w, fault),
@@ -245,32 +303,50 @@ def apply(w: World, op: dict[str, Any]) -> bool:
         pass  # every step ends with a verify (check)
     elif kind == "delete-metadata" and not _running(w) and _is_sink(w):
         _reap(w)
-        shutil.rmtree(w.out / "_spark_metadata")
+        w.fs.delete(f"{w.out}/_spark_metadata")
         report = batchlog.verify(spark, str(w.out)) if _is_sink(w) else None
         if report is not None and report.healthy:
             raise Violation("verify called a sink without its _spark_metadata healthy")
         w.damaged = True
     elif kind == "rot-compact" and not _running(w) and _is_sink(w) and not w.damaged:
         _reap(w)
-        compacts = sorted((w.out / "_spark_metadata").glob("*.compact"))
-        if not compacts:
+        names = [n for n in w.fs.names(f"{w.out}/_spark_metadata") if n.endswith(".compact")]
+        if not names:
             return False
-        else:
-            text = compacts[-1].read_text()
-            batches = [int(x.split("}")[0]) for x in text.split('"batchId":')[1:]]
-            rot_compact(compacts[-1], batches[0], "size")
-            if batchlog.verify(spark, str(w.out)).healthy:
-                raise Violation(f"verify called {compacts[-1]} healthy after bit rot")
-            w.damaged = True
+        compact = f"{w.out}/_spark_metadata/" + max(names, key=lambda n: int(n.split(".")[0]))
+        local = w.root / "rot" / "x.compact"
+        local.parent.mkdir(exist_ok=True)
+        local.write_bytes(w.fs.read_bytes(compact))
+        batches = [int(x.split("}")[0]) for x in local.read_text().split('"batchId":')[1:]]
+        rot_compact(local, batches[0], "size")
+        w.fs.delete(compact)  # and its checksum file, as bit rot would leave it unmatched
+        w.fs.write_bytes(compact, local.read_bytes())
+        if batchlog.verify(spark, str(w.out)).healthy:
+            raise Violation(f"verify called {compact} healthy after bit rot")
+        w.damaged = True
+    elif kind == "rot-index" and not _running(w) and _is_sink(w) and not w.damaged:
+        _reap(w)
+        meta = f"{w.out}/_spark_metadata"
+        names = [n for n in w.fs.names(meta) if n.endswith(".compact.index")]
+        if not names:
+            return False
+        index = f"{meta}/" + max(names, key=lambda n: int(n.split(".")[0]))
+        data = bytearray(w.fs.read_bytes(index))
+        data[op["at"] * len(data) // 100] ^= 0x10  # one bit, anywhere in the file
+        w.fs.delete(index)
+        w.fs.write_bytes(index, bytes(data))
+        if batchlog.verify(spark, str(w.out)).healthy:
+            raise Violation(f"verify called {index} healthy after bit rot")
+        w.damaged = True
     elif kind == "settle":
         _settle(w)
     elif kind == "downstream" and _is_sink(w) and not w.damaged and _plain_ids(w):
         _downstream(w)
-    elif kind == "takeover" and _is_sink(w) and not w.damaged:
+    elif kind == "takeover" and _is_sink(w) and not w.damaged and _latest(w) >= 0:
         _takeover(w, op["kill"])
     else:
         return False
-    if kind in ("delete-metadata", "rot-compact") and w.damaged:
+    if kind in ("delete-metadata", "rot-compact", "rot-index") and w.damaged:
         _repair(w)
     return True
 
@@ -334,9 +410,18 @@ def _takeover(w: World, kill: bool) -> None:
     before = w.next_file
     w.skipped += write_input(w.inp, w.next_file, latest + 1, ROWS)
     w.next_file += latest + 1
+    try:  # its first start is refused before its batch 0, as the runbook says
+        run_stream(w.spark, w.inp, w.out, w.chk)
+    except Exception as e:
+        if "the sink is written by another query" not in str(e):
+            raise
+    else:
+        raise Violation("a new query wrote a sink another query owns")
     report = batchlog.takeover(w.spark, str(w.out), str(w.chk))
-    if report.skipped_batches != 0:  # a new checkpoint has no batch yet
-        raise Violation(f"takeover to a new checkpoint reports {report.skipped_batches} skipped")
+    if report.skipped_batches != latest + 1:  # batches 0..latest of a new checkpoint
+        raise Violation(
+            f"takeover reports {report.skipped_batches} batches skipped, not {latest + 1}"
+        )
     print(f"[chaos] takeover: owner {w.owners}, files {before}.. skipped", flush=True)
 
 
@@ -394,24 +479,25 @@ def _exactly(w: World, what: str, ids: list[int]) -> None:
         raise Violation(f"after settle, {what}: missing {missing}, twice {extra}, of {len(w.fed)}")
 
 
-def _plain_ids(w: World, out: Path | None = None) -> list[int]:
+def _plain_ids(w: World, out: str | None = None) -> list[int]:
     """The ids plain Spark reads from a sink (``out``, the upstream by default; none while its log
     lists no file: Spark cannot infer a schema from no file)."""
     out = w.out if out is None else out
-    if not (out / "_spark_metadata").is_dir():
+    if not _is_sink(w, out):
         return []
-    log = batchlog.SinkLog(w.spark, str(out))
+    log = batchlog.SinkLog(w.spark, out)
     if not any(log.files(b) for b in log.batches()):
         return []
-    return list(plain_read(out)["ids"])
+    return list(plain_read(out, hadoop=w.hadoop)["ids"])
 
 
 def check(w: World) -> None:
     """What must hold after every step, whatever ran."""
     spark = w.spark
-    sentinel = w.outside / "keep.txt"
-    if not sentinel.is_file() or sentinel.read_text() != "outside":
-        raise Violation(f"{sentinel} changed: something outside the sink was touched")
+    for sentinel in _sentinels(w):
+        fs = RemoteFs(spark, sentinel)
+        if not fs.exists(sentinel) or fs.read_bytes(sentinel) != b"outside":
+            raise Violation(f"{sentinel} changed: something outside the sink was touched")
     if not _is_sink(w) or _running(w):
         return  # a running writer's sink is checked at its next stop
     report = batchlog.verify(spark, str(w.out))
@@ -420,7 +506,7 @@ def check(w: World) -> None:
     if w.damaged:
         return
     for out in (w.out, w.down_out):
-        if not (out / "_spark_metadata").is_dir():
+        if not _is_sink(w, out):
             continue
         if out != w.out and not batchlog.verify(spark, str(out)).healthy:
             raise Violation(f"verify calls the downstream {out} unhealthy")
@@ -428,23 +514,39 @@ def check(w: World) -> None:
         twice = [i for i, n in Counter(ids).items() if n > 1]
         if twice or not set(ids) <= set(w.fed):
             raise Violation(
-                f"plain Spark reads {out.name}: twice {twice[:10]}, not fed or skipped by design "
+                f"plain Spark reads {out}: twice {twice[:10]}, not fed or skipped by design "
                 f"{sorted(set(ids) - set(w.fed))[:10]}"
             )
-        log = batchlog.SinkLog(spark, str(out))
+        log = batchlog.SinkLog(spark, out)
         for b in log.batches():
             for f in log.files(b):
-                if f"-batch-{b}-" not in f or not Path(f.removeprefix("file:")).exists():
-                    raise Violation(f"files({b}) of {out.name} lists {f}")
+                if f"-batch-{b}-" not in f or not RemoteFs(spark, out).exists(f):
+                    raise Violation(f"files({b}) of {out} lists {f}")
 
 
-def new_world(spark: Any) -> World:
-    """A fresh world: an output whose link points outside it, at a sentinel nothing may touch."""
-    w = World(Path(tempfile.mkdtemp(prefix="batchlog-chaos-")), spark)
-    for d in (w.inp, w.control, w.outside, w.out):
+def _sentinels(w: World) -> list[str]:
+    """Files nothing may touch: beside the sink on its store, and (local disk) behind a link
+    inside the output."""
+    return [f"{w.base}/outside/keep.txt"] + ([] if w.s3 else [f"file:{w.outside}/keep.txt"])
+
+
+def new_world(spark: Any, s3: S3 | None) -> World:
+    """A fresh world: the sink's store with a sentinel beside the sink (and, on the local disk, a
+    link from the output to another), which nothing may touch."""
+    root = Path(tempfile.mkdtemp(prefix="batchlog-chaos-"))
+    if s3:
+        bucket = f"chaos-{root.name.split('-')[-1].lower().replace('_', '0')}"
+        create_bucket(s3.endpoint, bucket)
+        w = World(root, spark, f"s3a://{bucket}", s3)
+    else:
+        w = World(root, spark, f"file:{root}")
+    for d in (w.inp, w.control, w.outside):
         d.mkdir(parents=True)
-    (w.outside / "keep.txt").write_text("outside")
-    (w.out / "outside-link").symlink_to(w.outside, target_is_directory=True)
+    for sentinel in _sentinels(w):
+        RemoteFs(spark, sentinel).write_bytes(sentinel, b"outside")
+    if not s3:
+        (root / "out").mkdir()
+        (root / "out" / "outside-link").symlink_to(w.outside, target_is_directory=True)
     return w
 
 
@@ -460,6 +562,7 @@ def plan(seed: int, n: int) -> list[dict[str, Any]]:
             op["n"] = rng.randint(1, 3)
         elif kind == "start":
             op["fault"] = list(rng.choice(FAULTS)) if rng.random() < 0.3 else None
+            op["s3_fault"] = rng.choice(S3_FAULTS) if rng.random() < 0.3 else None
             op["settle_s"] = round(rng.uniform(2, 12), 1)
         elif kind == "kill":
             op["after_s"] = round(rng.uniform(0, 4), 1)
@@ -467,14 +570,18 @@ def plan(seed: int, n: int) -> list[dict[str, Any]]:
             op["frac"] = round(rng.random(), 2)
         elif kind == "takeover":
             op["kill"] = rng.random() < 0.5
+        elif kind == "rot-index":
+            op["at"] = rng.randrange(100)
         ops.append(op)
     return ops
 
 
-def run(spark: Any, ops: list[dict[str, Any]], deadline: float) -> tuple[int, World, str | None]:
-    """Applies ``ops`` in a fresh world until one violates the model or ``deadline`` passes: how
-    many ran, the world, and the violation (None: none)."""
-    w = new_world(spark)
+def run(
+    spark: Any, ops: list[dict[str, Any]], deadline: float, s3: S3 | None
+) -> tuple[int, World, str | None]:
+    """Applies ``ops`` in a fresh world (on ``s3``'s server if given) until one violates the model
+    or ``deadline`` passes: how many ran, the world, and the violation (None: none)."""
+    w = new_world(spark, s3)
     done = 0
     try:
         for op in ops:
@@ -482,8 +589,7 @@ def run(spark: Any, ops: list[dict[str, Any]], deadline: float) -> tuple[int, Wo
                 break
             applied = apply(w, op)
             check(w)
-            label = op["op"] + (f" ({op['fault'][0]} {op['fault'][2]})" if op.get("fault") else "")
-            w.counts[label if applied else "(not possible then)"] += 1
+            w.counts[_label(op, w) if applied else "(not possible then)"] += 1
             done += 1
         if time.monotonic() <= deadline:
             _settle(w)
@@ -498,13 +604,27 @@ def run(spark: Any, ops: list[dict[str, Any]], deadline: float) -> tuple[int, Wo
         _kill(w)
 
 
-def shrink(spark: Any, ops: list[dict[str, Any]], minutes: float) -> list[dict[str, Any]]:
+def _label(op: dict[str, Any], w: World) -> str:
+    """The operation as counted: with the store fault its writer started with."""
+    faults = []
+    if op.get("fault"):
+        faults.append(f"{op['fault'][0]} {op['fault'][2]}")
+    if w.s3 and op.get("s3_fault"):
+        kind = str(next(iter(op["s3_fault"])))
+        times = op["s3_fault"].get("lose_answer_times")
+        faults.append(f"S3 {kind}" + (f" x{times}" if times else ""))
+    return str(op["op"]) + (f" ({', '.join(faults)})" if faults else "")
+
+
+def shrink(
+    spark: Any, ops: list[dict[str, Any]], minutes: float, s3: S3 | None
+) -> list[dict[str, Any]]:
     """Drops operations one at a time, last first, while the run still fails."""
     end = time.monotonic() + minutes * 60
     i = len(ops) - 1
     while i >= 0 and time.monotonic() < end:
         trial = ops[:i] + ops[i + 1 :]
-        _, w, failed = run(spark, trial, end)
+        _, w, failed = run(spark, trial, end, s3)
         shutil.rmtree(w.root, ignore_errors=True)
         if failed:
             ops = trial
@@ -519,16 +639,37 @@ def main() -> int:
     p.add_argument("--shrink-minutes", type=float, default=10.0)
     p.add_argument("--replay", type=Path, help="a file of operations a failed run wrote")
     p.add_argument("--json", type=Path, help="where to write the run's counts")
+    p.add_argument("--store", choices=["local", "s3"], default="local", help="where the sink lives")
     args = p.parse_args()
     spark = get_spark()
+    s3 = None
+    if args.store == "s3":
+        root = Path(tempfile.mkdtemp(prefix="batchlog-chaos-s3-"))
+        faults = root / "faults.json"
+        faults.write_text("{}")
+        proc, endpoint, _ = start_s3(root, faults=faults)
+        s3 = S3(endpoint, faults, proc)
+        hconf = spark.sparkContext._jsc.hadoopConfiguration()
+        for k, v in s3a_conf(endpoint).items():
+            hconf.set(k, v)
+    try:
+        return campaign(spark, args, s3)
+    finally:
+        if s3:
+            stop_server(s3.proc)
+
+
+def campaign(spark: Any, args: argparse.Namespace, s3: S3 | None) -> int:
+    """The run main asked for, then, on a violation, its shrinking; the exit code."""
     # the operations watch a lease they find for its timeout, as the CLI does
     confs = {**SINK_CONFS, "spark.batchlog.writer.leaseTimeout": LEASE}
     with session_conf(spark, {**confs, "spark.batchlog.writer.fenceWait": "lease"}):
         ops = json.loads(args.replay.read_text()) if args.replay else plan(args.seed, 100_000)
         start = time.monotonic()
-        done, w, failed = run(spark, ops, start + args.minutes * 60)
+        done, w, failed = run(spark, ops, start + args.minutes * 60, s3)
         summary = {
             "seed": args.seed,
+            "store": args.store,
             "operations": done,
             "seconds": round(time.monotonic() - start),
             "counts": dict(sorted(w.counts.items())),
@@ -541,11 +682,11 @@ def main() -> int:
             shutil.rmtree(w.root, ignore_errors=True)
             return 0
         print(f"VIOLATION after {done} operations (seed {args.seed}): {failed}; world {w.root}")
-        short = shrink(spark, ops[:done], args.shrink_minutes)
+        short = shrink(spark, ops[:done], args.shrink_minutes, s3)
         replay = Path(tempfile.mkdtemp(prefix="batchlog-chaos-replay-")) / "ops.json"
         replay.write_text(json.dumps(short, indent=1))
         print(f"shortest failing list: {len(short)} operations, in {replay}")
-        print(f"replay: bench/run chaos --replay {replay}")
+        print(f"replay: bench/run chaos --store {args.store} --replay {replay}")
         return 1
 
 

@@ -21,11 +21,11 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from support import QUERY_TIMEOUT_S, REPO
+from support import QUERY_TIMEOUT_S, REPO, S3A_CLASSPATH
 
 APP = REPO / "tests" / "apps" / "plain_reader.py"
 PREFIX = "PLAIN-READER "
@@ -60,9 +60,13 @@ class PlainReader:
         )
         return found
 
-    def ids(self, out: Path | str, column: str = "id") -> dict[str, Any]:
-        """A parquet sink's ``rows``, sorted ``ids`` and rows per ``part``."""
-        found: dict[str, Any] = self._ask({"op": "ids", "path": str(out), "column": column})
+    def ids(
+        self, out: Path | str, column: str = "id", hadoop: Mapping[str, str] | None = None
+    ) -> dict[str, Any]:
+        """A parquet sink's ``rows``, sorted ``ids`` and rows per ``part``; ``hadoop``: settings
+        to reach its store (``s3a://``: the reader has hadoop-aws on its class path)."""
+        req = {"op": "ids", "path": str(out), "column": column, "hadoop": dict(hadoop or {})}
+        found: dict[str, Any] = self._ask(req)
         return found
 
     def _ask(self, req: dict[str, Any]) -> Any:
@@ -85,7 +89,7 @@ class PlainReader:
         self.close()
         self._log = tempfile.TemporaryFile()
         self._proc = subprocess.Popen(
-            [sys.executable, str(APP)],
+            [sys.executable, str(APP), S3A_CLASSPATH],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._log,

@@ -10,7 +10,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -80,10 +80,13 @@ def write_input(inp: Path, first_file: int, n_files: int, rows_per_file: int) ->
     return ids
 
 
-def plain_read(out: Path, id_col: str = "id") -> dict[str, Any]:
+def plain_read(
+    out: Path | str, id_col: str = "id", hadoop: Mapping[str, str] | None = None
+) -> dict[str, Any]:
     """The sink read back by plain Spark, in a process without the batchlog jar
-    (``plain_reader.py``): ``{"rows": N, "ids": [...sorted...], "parts": {...}}``."""
-    return READER.ids(out, id_col)
+    (``plain_reader.py``): ``{"rows": N, "ids": [...sorted...], "parts": {...}}``. ``hadoop``:
+    the settings of an object store (``s3a://``)."""
+    return READER.ids(out, id_col, hadoop)
 
 
 def local_path(logged: str) -> Path:
@@ -168,8 +171,8 @@ SINK_CONFS = {
 def start_stream(
     spark: SparkSession,
     inp: Path,
-    out: Path,
-    chk: Path,
+    out: Path | str,
+    chk: Path | str,
     partition_by: str = "part",
     every: str | None = None,
 ) -> StreamingQuery:
@@ -190,7 +193,7 @@ def start_stream(
 
 
 def run_stream(
-    spark: SparkSession, inp: Path, out: Path, chk: Path, partition_by: str = "part"
+    spark: SparkSession, inp: Path, out: Path | str, chk: Path | str, partition_by: str = "part"
 ) -> None:
     """Runs the file source -> parquet sink query until all input present is processed
     (one input file per batch, compactInterval 3)."""

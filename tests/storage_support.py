@@ -359,6 +359,21 @@ class RemoteFs:
     def delete(self, uri: str) -> None:
         self._fs.delete(self._path(uri), True)
 
+    def read_bytes(self, uri: str) -> bytes:
+        stream = self._fs.open(self._path(uri))
+        try:
+            return bytes(self._jvm.org.apache.commons.io.IOUtils.toByteArray(stream))
+        finally:
+            stream.close()
+
+    def write_bytes(self, uri: str, data: bytes) -> None:
+        """Writes (or overwrites) one file: damage a test does, never a publish of batchlog's."""
+        stream = self._fs.create(self._path(uri), True)
+        try:
+            stream.write(bytearray(data))
+        finally:
+            stream.close()
+
     def copy(self, src: str, dst: str) -> None:
         """Copies one file within the store (as a leftover of a failed task would be there)."""
         fs_util = self._jvm.org.apache.hadoop.fs.FileUtil

@@ -40,6 +40,9 @@ def sinks(spark: SparkSession, req: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def ids(spark: SparkSession, req: dict[str, Any]) -> dict[str, Any]:
+    hconf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
+    for k, v in req.get("hadoop", {}).items():  # an object store's settings (s3a://)
+        hconf.set(k, v)
     rows = spark.read.parquet(req["path"]).select(req["column"], "part").collect()
     parts: dict[str, int] = {}
     for r in rows:
@@ -52,6 +55,7 @@ def main() -> None:
         SparkSession.builder.master("local[1]")
         .appName("plain-reader")
         .config("spark.ui.enabled", "false")
+        .config("spark.driver.extraClassPath", sys.argv[1] if len(sys.argv) > 1 else "")
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
