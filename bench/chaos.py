@@ -1,6 +1,6 @@
 """A seeded chaos campaign against a two-hop pipeline of batchlog sinks (local disk or S3).
 
-    bench/run chaos --seed S --minutes M [--store local|s3] [--json FILE]
+    bench/run chaos --seed S --minutes M [--store local|s3] [--keep-going] [--json FILE]
     bench/run chaos [--store s3] --replay FILE    the operations a failed run wrote, again
 
 Random operations from a weighted menu, each applied to a real sink written by real queries:
@@ -24,7 +24,8 @@ once, from the sink and from the downstream's.
 
 On a violation it prints the seed and the operations, shrinks them (drops operations one at a
 time while the violation stays, within ``--shrink-minutes``) and writes the shortest list to a
-file, with the command that replays it. Exit 1 on a violation.
+file, with the command that replays it. Exit 1 on a violation. With ``--keep-going`` (a long
+run) it then goes on with a new world and the next seed until the time is up.
 
 With ``--store s3`` the sink and its checkpoints live in a bucket of the S3 test server (moto
 behind ``tests/servers/s3_server.py``), the downstream hop on the local disk; a writer may then
@@ -640,6 +641,11 @@ def main() -> int:
     p.add_argument("--replay", type=Path, help="a file of operations a failed run wrote")
     p.add_argument("--json", type=Path, help="where to write the run's counts")
     p.add_argument("--store", choices=["local", "s3"], default="local", help="where the sink lives")
+    p.add_argument(
+        "--keep-going",
+        action="store_true",
+        help="after a violation (shrunk, recorded), go on with a new world and the next seed",
+    )
     args = p.parse_args()
     spark = get_spark()
     s3 = None
@@ -660,34 +666,51 @@ def main() -> int:
 
 
 def campaign(spark: Any, args: argparse.Namespace, s3: S3 | None) -> int:
-    """The run main asked for, then, on a violation, its shrinking; the exit code."""
+    """The runs main asked for: one, or with ``--keep-going`` one world after another (seed,
+    seed + 1, ...) until the time is up, each violation shrunk and recorded; the exit code."""
     # the operations watch a lease they find for its timeout, as the CLI does
     confs = {**SINK_CONFS, "spark.batchlog.writer.leaseTimeout": LEASE}
     with session_conf(spark, {**confs, "spark.batchlog.writer.fenceWait": "lease"}):
-        ops = json.loads(args.replay.read_text()) if args.replay else plan(args.seed, 100_000)
         start = time.monotonic()
-        done, w, failed = run(spark, ops, start + args.minutes * 60, s3)
+        deadline = start + args.minutes * 60
+        counts: Counter[str] = Counter()
+        violations: list[dict[str, Any]] = []
+        seed, done = args.seed, 0
+        while True:
+            ops = json.loads(args.replay.read_text()) if args.replay else plan(seed, 100_000)
+            n, w, failed = run(spark, ops, deadline, s3)
+            done += n
+            counts.update(w.counts)
+            if failed is None:
+                shutil.rmtree(w.root, ignore_errors=True)
+            else:
+                print(f"VIOLATION after {n} operations (seed {seed}): {failed}; world {w.root}")
+                short = shrink(spark, ops[:n], args.shrink_minutes, s3)
+                replay = Path(tempfile.mkdtemp(prefix="batchlog-chaos-replay-")) / "ops.json"
+                replay.write_text(json.dumps(short, indent=1))
+                command = f"bench/run chaos --store {args.store} --replay {replay}"
+                print(f"shortest failing list: {len(short)} operations, in {replay}")
+                print(f"replay: {command}")
+                violations.append(
+                    {"seed": seed, "after": n, "violation": failed, "shortest": len(short)}
+                    | {"replay": command}
+                )
+            if not args.keep_going or args.replay or time.monotonic() > deadline:
+                break
+            seed += 1
         summary = {
             "seed": args.seed,
+            "seeds": seed - args.seed + 1,
             "store": args.store,
             "operations": done,
             "seconds": round(time.monotonic() - start),
-            "counts": dict(sorted(w.counts.items())),
-            "violation": failed,
+            "counts": dict(sorted(counts.items())),
+            "violations": violations,
         }
         print(json.dumps(summary, indent=1))
         if args.json:
             args.json.write_text(json.dumps(summary, indent=1))
-        if failed is None:
-            shutil.rmtree(w.root, ignore_errors=True)
-            return 0
-        print(f"VIOLATION after {done} operations (seed {args.seed}): {failed}; world {w.root}")
-        short = shrink(spark, ops[:done], args.shrink_minutes, s3)
-        replay = Path(tempfile.mkdtemp(prefix="batchlog-chaos-replay-")) / "ops.json"
-        replay.write_text(json.dumps(short, indent=1))
-        print(f"shortest failing list: {len(short)} operations, in {replay}")
-        print(f"replay: bench/run chaos --store {args.store} --replay {replay}")
-        return 1
+        return 1 if violations else 0
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import batchlog
+import pytest
 from pyspark.sql import SparkSession
 from reliability_support import plain_read, run_stream, write_input
 
@@ -65,3 +66,35 @@ def test_a_last_batch_without_files_that_repair_cannot_rebuild_runs_again(
     assert sorted(plain_read(out)["ids"]) == sorted(fed)
     assert batchlog.SinkLog(spark, str(out)).latest_batch() == 5
     assert batchlog.verify(spark, str(out)).healthy
+
+
+def test_a_new_owner_cannot_rewind_below_its_takeover(spark: SparkSession, tmp_path: Path) -> None:
+    """Seed 5: after a takeover, a rewind with the new owner's checkpoint took the horizon from
+    the checkpoint alone (batch 0). Before the new owner ran it was refused as "not the checkpoint
+    and sink of one query"; after, a rewind below the takeover would have deleted the old owner's
+    batches and written the new owner's skipped ones instead."""
+    out = tmp_path / "out"
+    in_a, chk_a, in_b, chk_b = (tmp_path / n for n in ("in-a", "chk-a", "in-b", "chk-b"))
+    fed = write_input(in_a, 0, 3, 3)  # query A: batches 0..2
+    run_stream(spark, in_a, out, chk_a)
+    skipped = write_input(in_b, 10, 3, 3)  # query B's batches 0..2: the sink skips them
+    with pytest.raises(Exception, match="the sink is written by another query"):
+        run_stream(spark, in_b, out, chk_b)
+    batchlog.takeover(spark, str(out), str(chk_b))
+    log = batchlog.SinkLog(spark, str(out))
+    assert log.inspect(str(chk_b)).horizon.horizon == 3
+    with pytest.raises(batchlog.BeyondHorizonError, match="took the sink over at batch 3"):
+        batchlog.rewind(spark, str(out), str(chk_b), 2, quiet=True)
+    batchlog.rewind(spark, str(out), str(chk_b), 3, quiet=True)  # its first batch: nothing to do
+
+    fed += write_input(in_b, 13, 2, 3)  # B's batches 3, 4
+    run_stream(spark, in_b, out, chk_b)
+    assert sorted(plain_read(out)["ids"]) == sorted(fed)
+    with pytest.raises(batchlog.BeyondHorizonError, match="took the sink over at batch 3"):
+        batchlog.rewind(spark, str(out), str(chk_b), 1, quiet=True)
+    assert sorted(plain_read(out)["ids"]) == sorted(fed)
+    batchlog.rewind(spark, str(out), str(chk_b), 3, quiet=True)
+    run_stream(spark, in_b, out, chk_b)
+    ids = plain_read(out)["ids"]
+    assert sorted(ids) == sorted(fed) and not set(ids) & set(skipped)
+    assert batchlog.SinkLog(spark, str(out)).latest_batch() == 4

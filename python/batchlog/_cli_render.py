@@ -56,6 +56,10 @@ def inspect(info: SinkSummary) -> None:
             f"sink lineage {h.sink_horizon}, checkpoint {h.checkpoint_horizon} "
             f"(minBatchesToRetain {h.min_batches_to_retain})"
         )
+        if h.owner == h.checkpoint_query_id and (h.owner_since or 0) > max(
+            h.sink_horizon, h.checkpoint_horizon
+        ):
+            where += f", owner since {h.owner_since} (a takeover)"
     print(f"rewind horizon  batch {h.horizon} ({where})")
     if h.owner:
         print(f"written by      query {h.owner} (from batch {h.owner_since})")

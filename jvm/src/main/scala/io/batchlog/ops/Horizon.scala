@@ -7,10 +7,20 @@ import io.batchlog.checkpoint.QueryCheckpoint
 import io.batchlog.log.{BatchTaggedFileStreamSinkLog, SinkOwner, SinkRecord}
 
 /**
- * The rewind horizon: the oldest batch a rewind can reach, the later of the sink's tagged lineage
- * and what the checkpoint retains.
+ * The rewind horizon: the oldest batch a rewind can reach, the latest of the sink's tagged lineage,
+ * what the checkpoint retains and the batch from which the checkpoint's query owns the sink.
  */
 object Horizon {
+
+  /**
+   * The batch from which query `queryId` owns the sink (its latest range in `owners`); 0 when the
+   * record names no owner. A query that took the sink over at batch F cannot replay the batches
+   * below F: another query wrote them, and the sink skipped this query's own batches up to F - 1
+   * (Spark's sink skips every batch id already logged). A rewind of its checkpoint below F would
+   * delete the other query's output and write the rows of those skipped batches instead.
+   */
+  def ofOwner(owners: Seq[SinkOwner], queryId: String): Long =
+    owners.lastOption.filter(_.queryId == queryId).fold(0L)(_.fromBatch)
 
   /**
    * A rewind to N > 0 needs `offsets/N-1` and `commits/N-1` (and `offsets/N` for exact replay);
@@ -52,10 +62,11 @@ object Horizon {
     val skipped = checkpoint.filter(_ => owners.nonEmpty).map { c =>
       skippedBatches(c.commitIds, c.queryId, owners, log.getLatestBatchId().getOrElse(-1L))
     }
+    val ownerFrom = checkpoint.fold(0L)(c => ofOwner(owners, c.queryId))
     HorizonReport(
       sink,
       cp,
-      cp.map(math.max(_, sink)).getOrElse(sink),
+      cp.map(c => math.max(math.max(c, sink), ownerFrom)).getOrElse(sink),
       BatchLogConf.sinkLogSettings(spark).minBatchesToRetain,
       owner.map(_.queryId),
       owner.map(_.fromBatch),

@@ -77,7 +77,9 @@ object Rewind {
     refuseIfActive(spark, sink)
     val sinkFm = CheckpointFileManager.create(meta, hadoopConf)
     WriterFence.refuseLiveWriter(sinkFm, meta, force, BatchLogConf.fenceWaitMs(spark))
-    WriterFence.requireOwner(sinkFm, meta, cp.root.toString, cp.queryId)
+    val owners = WriterFence.requireOwner(sinkFm, meta, cp.root.toString, cp.queryId).toSeq
+      .flatMap(_.owners)
+    val ownerFrom = Horizon.ofOwner(owners, cp.queryId)
     val intent = RewindIntent.read(sinkFm, meta)
     intent.foreach { i =>
       if (i.toBatch != toBatch || i.checkpoint != cp.root.toString) {
@@ -127,7 +129,20 @@ object Rewind {
     // a fenced zombie planned on a rewound checkpoint (its next batch id, after the rewind removed
     // the ones between). The cut removes it with everything else above the target.
     val planned = StrayBatches.plannedLatest(offsets, sinkLatest)
-    if (intent.isEmpty && (sinkLatest > planned || sinkLatest < planned - 1)) {
+    if (toBatch < ownerFrom) {
+      val before = owners.init.lastOption.fold("another query")(o => s"query ${o.queryId}")
+      throw BatchLogException.beyondHorizon(
+        toBatch,
+        ownerFrom,
+        s"this checkpoint's query took the sink over at batch $ownerFrom: $before wrote the " +
+          "batches below it, and this query's own batches up to there were skipped by the sink, " +
+          "so its checkpoint cannot replay them"
+      )
+    }
+    // A query that took the sink over and has not planned past the batches the sink skips for it
+    // has nothing of its own to rewind: only the rewind to its first batch (a no-op) is left.
+    val caughtUp = planned >= ownerFrom - 1
+    if (intent.isEmpty && caughtUp && (sinkLatest > planned || sinkLatest < planned - 1)) {
       throw BatchLogException.unsupportedCheckpoint(
         cp.root.toString,
         s"it has planned batches up to $planned but the sink $sink has committed up to " +
