@@ -48,8 +48,9 @@ BINDING_PORT_KEY = "spark.connect.grpc.binding.port"
 #: batchlog's session extensions (``spark.sql.extensions``): its SQL, which the Python API uses over
 #: Connect.
 BATCHLOG_EXTENSIONS = batchlog.EXTENSIONS_CLASS
-#: The extensions the shared server (``connect_url``) loads; None: none.
-CONNECT_EXTENSIONS: str | None = BATCHLOG_EXTENSIONS
+#: The extensions the shared server (``connect_url``) names; None: none. The bare set-up: the jar
+#: brings batchlog's SQL (``META-INF/services``), so the shared server names none.
+CONNECT_EXTENSIONS: str | None = None
 
 _STARTED_RE = re.compile(r"Spark Connect server started at: 127\.0\.0\.1:([0-9]+)")
 

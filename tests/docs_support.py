@@ -32,7 +32,7 @@ SPARK_KEYS: list[tuple[str, str]] = [
     ),
     (
         "spark.sql.extensions",
-        "add `io.batchlog.sql.BatchLogExtensions` for the SQL (static: before the session starts)",
+        "not needed: Spark loads batchlog's extension from the jar (`META-INF/services`)",
     ),
     (
         "spark.sql.streaming.fileSink.log.compactInterval",

@@ -227,3 +227,67 @@ def test_a_writer_without_batchlogs_committer_is_not_stopped_and_inspect_counts_
     # the owner's checkpoint: nothing skipped, no such warning
     h = batchlog.SinkLog(spark, str(out)).inspect(str(chk_b)).horizon
     assert (h.checkpoint_skipped_batches, h.checkpoint_skipped_first) == (0, None)
+
+
+BARE_APP = """
+import sys
+from pyspark.sql import SparkSession
+
+jar, inp, out, chk = sys.argv[1:5]
+# the bare set-up: the jar in spark.jars, the commit protocol set on the running session
+spark = (
+    SparkSession.builder.master("local[1]")
+    .config("spark.ui.enabled", "false")
+    .config("spark.jars", jar)
+    .getOrCreate()
+)
+spark.conf.set("spark.sql.streaming.commitProtocolClass", "io.batchlog.BatchTaggedCommitProtocol")
+assert spark.conf.get("spark.sql.extensions", None) is None
+
+
+def run(chk):
+    q = (
+        spark.readStream.schema("id LONG, part STRING, payload STRING")
+        .option("maxFilesPerTrigger", 1).json(inp)
+        .writeStream.format("parquet").option("checkpointLocation", chk)
+        .trigger(availableNow=True).start(out)
+    )
+    try:
+        q.awaitTermination(600)
+        return "ok"
+    except Exception as e:
+        return "refused" if "the sink is written by another query" in str(e) else str(e)
+
+
+print("BARE first:", run(chk))
+print("BARE second:", run(chk + "-2"))
+print("BARE latest:", spark.sql(f"SELECT * FROM batchlog_latest_batch('{out}')").first()[0])
+"""
+
+
+def test_the_bare_set_up_has_the_start_check_and_the_sql(tmp_path: Path) -> None:
+    """PySpark's ``spark.jars`` and ``spark.conf.set`` of the commit protocol, nothing else (no
+    ``batchlog.configure``, no ``spark.sql.extensions``): Spark loads batchlog's extension from
+    the jar's ``META-INF/services``, so a second query with a head start is stopped and the SQL
+    answers. (spark-submit ``--packages`` with the one conf: every line's smoke.)"""
+    import subprocess
+    import sys
+
+    from plain_reader import plain_env
+
+    inp, out, chk = tmp_path / "in", tmp_path / "out", tmp_path / "chk"
+    fed = write_input(inp, 0, 2, ROWS)
+    app = tmp_path / "bare_app.py"
+    app.write_text(BARE_APP)
+    proc = subprocess.run(
+        [sys.executable, str(app), batchlog.jar_path(), str(inp), str(out), str(chk)],
+        env=plain_env(),
+        capture_output=True,
+        text=True,
+        timeout=QUERY_TIMEOUT_S,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
+    assert "BARE first: ok" in proc.stdout, proc.stdout + proc.stderr[-4000:]
+    assert "BARE second: refused" in proc.stdout, proc.stdout + proc.stderr[-4000:]
+    assert "BARE latest: 1" in proc.stdout, proc.stdout
+    assert plain_read(out)["ids"] == sorted(fed)

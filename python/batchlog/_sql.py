@@ -47,9 +47,10 @@ def sql_errors() -> Iterator[None]:
         if m is None:
             if "BatchLogExtensions" not in text and ("BATCHLOG" in text or "batchlog_" in text):
                 raise BatchLogError(
-                    f"the Spark Connect server does not know batchlog's SQL: start it with "
-                    f"--conf spark.sql.extensions={EXTENSIONS_CLASS} and the batchlog jar "
-                    f"(--jars). Server said: {text.splitlines()[0] if text else e!r}"
+                    "the Spark Connect server does not know batchlog's SQL: start it with the "
+                    "batchlog jar (--jars; Spark loads its SQL from the jar, or name "
+                    f"{EXTENSIONS_CLASS} in spark.sql.extensions). Server said: "
+                    f"{text.splitlines()[0] if text else e!r}"
                 ) from e
             raise
         message = text[m.end() :].split("\n\nJVM stacktrace:")[0].strip()

@@ -1,22 +1,30 @@
 package io.batchlog.sql
 
 import java.lang.reflect.{InvocationHandler, InvocationTargetException, Method, Proxy}
+import java.util.{Collections, WeakHashMap}
 
-import org.apache.spark.sql.{SparkSession, SparkSessionExtensions}
+import org.apache.spark.sql.{SparkSession, SparkSessionExtensions, SparkSessionExtensionsProvider}
 import org.apache.spark.sql.catalyst.parser.ParserInterface
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
 
 import io.batchlog.commit.HeadStartListener
 
 /**
- * batchlog's SQL, for `spark.sql.extensions=io.batchlog.sql.BatchLogExtensions`: the `BATCHLOG`
- * statements ([[BatchLogStatement]]) and the table functions ([[TableFunctions]]). With them every
- * operation of the Python API works over a session without a JVM gateway, such as Spark Connect.
- * And a session that defines a streaming query gets the [[HeadStartListener]], which stops a query
- * that is not its sink's writer before Spark's sink skips its batches.
+ * batchlog's session extension: the `BATCHLOG` statements ([[BatchLogStatement]]) and the table
+ * functions ([[TableFunctions]]), with which every operation of the Python API works over a session
+ * without a JVM gateway, such as Spark Connect; and, for a session that defines a streaming query,
+ * the [[HeadStartListener]], which stops a query that is not its sink's writer before Spark's sink
+ * skips its batches.
+ *
+ * Every session whose driver has batchlog's jar on its class path gets it: the jar names this class
+ * in `META-INF/services/org.apache.spark.sql.SparkSessionExtensionsProvider`, which Spark reads as
+ * a session starts. So the bare set-up (the jar on `--jars` or `spark.jars`, and the commit
+ * protocol) has every guarantee, with no `spark.sql.extensions`. Named there as well
+ * (`batchlog.configure` does, for older set-ups), it is applied once: Spark would apply it twice.
  */
-class BatchLogExtensions extends (SparkSessionExtensions => Unit) {
+class BatchLogExtensions extends SparkSessionExtensionsProvider {
   override def apply(extensions: SparkSessionExtensions): Unit = {
+    if (!BatchLogExtensions.firstApplication(extensions)) return
     extensions.injectParser((_, delegate) => BatchLogExtensions.parser(delegate))
     TableFunctions.all(() => SparkSession.active).foreach(extensions.injectTableFunction)
     // A session that defines a streaming query gets the check of a query against its sink's owner
@@ -28,6 +36,16 @@ class BatchLogExtensions extends (SparkSessionExtensions => Unit) {
 }
 
 object BatchLogExtensions {
+
+  private val applied =
+    Collections.synchronizedSet(Collections.newSetFromMap(new WeakHashMap[
+      SparkSessionExtensions,
+      java.lang.Boolean
+    ]()))
+
+  /** True the first time it is asked for `extensions` (one session's), false after. */
+  private def firstApplication(extensions: SparkSessionExtensions): Boolean =
+    applied.add(extensions)
 
   /** Spark's key for session extensions (a static conf: set it before the session starts). */
   val Key: String = org.apache.spark.sql.internal.StaticSQLConf.SPARK_SESSION_EXTENSIONS.key

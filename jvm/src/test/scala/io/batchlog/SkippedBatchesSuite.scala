@@ -5,30 +5,31 @@ import java.io.File
 import io.batchlog.testshim.intStream
 
 /**
- * The case the start check cannot catch: a session with batchlog's commit protocol but without its
- * extension has no [[io.batchlog.commit.HeadStartListener]]. A head-start second writer's batches
- * are then skipped by Spark's sink without an error (the committer is never called for them); the
- * sink shows no trace of it, and `inspect` with that query's checkpoint counts the skipped batches.
+ * `inspect --checkpoint` counts the batches of a checkpoint that the sink has from another writer:
+ * the ones Spark's sink skipped (it skips every batch id already logged, without calling the
+ * committer). batchlog's start check refuses such a query in every session whose driver has the jar
+ * (the extension is a `SparkSessionExtensionsProvider`), so the count is for a checkpoint run
+ * elsewhere, or with a jar added after its session started.
  */
-class HeadStartWithoutExtensionSuite extends SparkSessionTestBase {
+class SkippedBatchesSuite extends SparkSessionTestBase {
   import BatchLogConf._
 
   override protected def sparkConf: Map[String, String] =
     Map(CommitProtocolKey -> CommitProtocolClass)
 
-  test("without the extension, inspect --checkpoint counts the batches Spark's sink skipped") {
+  test("inspect --checkpoint counts the batches the sink has from another writer") {
     val root = createTempDir()
     val out = new File(root, "out")
-    def run(chk: String, batches: Seq[Seq[Int]]): Unit = {
+    def run(chk: String, to: File, batches: Seq[Seq[Int]]): Unit = {
       val input = intStream(spark, 2)
       val q = input.toDF().writeStream.format("parquet")
-        .option("checkpointLocation", new File(root, chk).toString).start(out.toString)
+        .option("checkpointLocation", new File(root, chk).toString).start(to.toString)
       try batches.foreach { b => input.addData(b: _*); q.processAllAvailable() }
       finally q.stop()
       assert(q.exception.isEmpty, q.exception)
     }
-    run("chk-b", Seq(Seq(1), Seq(2), Seq(3)))
-    run("chk-a", Seq(Seq(100), Seq(101))) // batches 0 and 1: skipped, no error
+    run("chk-b", out, Seq(Seq(1), Seq(2), Seq(3)))
+    run("chk-a", new File(root, "elsewhere"), Seq(Seq(100), Seq(101))) // its batches 0 and 1
     val rows = spark.read.parquet(out.toString).collect().map(_.getInt(0)).toSeq.sorted
     assert(rows == Seq(1, 2, 3))
 
