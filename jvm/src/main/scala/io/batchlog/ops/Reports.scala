@@ -104,10 +104,11 @@ final case class SinkSummary(
 )
 
 /**
- * The rewind horizon: the oldest batch a rewind can reach, the later of the sink's tagged lineage
- * and (given the query's checkpoint) what the checkpoint retains; and who owns the sink. Given a
- * checkpoint and an owner on record: how many of the checkpoint's committed batches the sink has
- * from another writer (Spark's sink skipped them: their rows are not in it), the first and last.
+ * The rewind horizon: the oldest batch a rewind can reach, the latest of the sink's tagged lineage
+ * and (given the query's checkpoint) what the checkpoint retains and the batch from which the
+ * checkpoint's query owns the sink (after a takeover); and who owns the sink. Given a checkpoint
+ * and an owner on record: how many of the checkpoint's committed batches the sink has from another
+ * writer (Spark's sink skipped them: their rows are not in it), the first and last.
  */
 final case class HorizonReport(
     sinkHorizon: Long,
