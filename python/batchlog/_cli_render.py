@@ -88,6 +88,21 @@ def inspect(info: SinkSummary) -> None:
     print()
     rows = [[b.batch_id, b.files, b.bytes, human_bytes(b.bytes)] for b in batches]
     print(table(["batch", "files", "bytes", "size"], rows) if rows else "(no live files)")
+    if info.readers:
+        print()
+        readers = [
+            [r.query_id, r.source_index, r.kind, r.checkpoint, r.sink or "-"]
+            + [_utc(r.seen_ms)]
+            + ["stale" if r.stale else ""]
+            for r in info.readers
+        ]
+        print(table(["reader query", "source", "kind", "checkpoint", "sink", "seen", ""], readers))
+
+
+def _utc(ms: int) -> str:
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.timezone.utc).strftime(
+        "%Y-%m-%d %H:%M UTC"
+    )
 
 
 def rewind_plan(plan: RewindPlanSummary, dry_run: bool) -> None:

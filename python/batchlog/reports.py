@@ -104,6 +104,23 @@ class BatchFiles(Report):
 
 
 @dataclasses.dataclass(frozen=True)
+class SinkReaderInfo(Report):
+    """A query that reads the sink (registered at each of its starts): its checkpoint, the index
+    of its source that reads the sink, ``kind`` (``batchlog`` or ``file``), its own file sink if
+    any, when first and last seen (ms), and ``stale`` when unseen longer than
+    ``spark.batchlog.readers.staleAfter``."""
+
+    query_id: str
+    checkpoint: str
+    source_index: int
+    kind: str
+    sink: str | None
+    since_ms: int
+    seen_ms: int
+    stale: bool
+
+
+@dataclasses.dataclass(frozen=True)
 class LoggedFile(Report):
     """A logged data file: its path as logged (a URI), size and batch (None when untagged)."""
 
@@ -245,6 +262,7 @@ class SinkSummary(Report):
     horizon: HorizonReport
     log_publish: str
     compaction: str
+    readers: list[SinkReaderInfo]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -154,6 +154,26 @@ object BatchLogConf {
       )
   }
 
+  /**
+   * How long a reader of a sink (a query reading it with the `batchlog` source or Spark's file
+   * source, registered at each of its starts in `_batchlog/_readers/`) may go unseen before
+   * `inspect` shows it as stale: probably gone (its checkpoint deleted, its query retired).
+   */
+  private val ReadersStaleAfterDefault = "7d"
+  val ReadersStaleAfterKey: String = key(
+    "spark.batchlog.readers.staleAfter",
+    "How long a registered reader of a sink (a query reading it, registered at each of its " +
+      "starts) may go unseen before inspect shows it as stale.",
+    Some(ReadersStaleAfterDefault)
+  )
+
+  def readersStaleAfterMs(spark: SparkSession): Long =
+    duration(
+      ReadersStaleAfterKey,
+      spark.conf.getOption(ReadersStaleAfterKey).getOrElse(ReadersStaleAfterDefault),
+      "7d or 12h"
+    )
+
   private def duration(key: String, v: String, example: String): Long =
     scala.util.Try(JavaUtils.timeStringAsMs(v)).filter(_ > 0).getOrElse(
       throw BatchLogException.invalidArgument(

@@ -10,6 +10,7 @@ import org.apache.spark.sql.streaming.StreamingQueryListener._
 import io.batchlog.shim.{FileStreamSink, StreamingQueryWrapper}
 
 import io.batchlog.BatchLogConf
+import io.batchlog.source.ReaderRegistration
 
 /**
  * Stops a query that is not its sink's writer as it starts, before Spark's file sink skips any of
@@ -44,12 +45,18 @@ final class HeadStartListener private (spark: SparkSession)
     }
 
   private def check(event: QueryStartedEvent): Unit =
-    if (
-      spark.sessionState.conf.streamingFileCommitProtocolClass == BatchLogConf.CommitProtocolClass
-    ) {
-      Option(spark.streams.get(event.id)).foreach {
-        case w: StreamingQueryWrapper =>
-          val query = w.streamingQuery
+    Option(spark.streams.get(event.id)).foreach {
+      case w: StreamingQueryWrapper =>
+        val query = w.streamingQuery
+        val own = query.sink match {
+          case s: FileStreamSink => Some(HeadStartListener.pathOf(s))
+          case _ => None
+        }
+        register(event, query, query.resolvedCheckpointRoot, own)
+        if (
+          spark.sessionState.conf.streamingFileCommitProtocolClass ==
+            BatchLogConf.CommitProtocolClass
+        ) {
           query.sink match {
             case sink: FileStreamSink =>
               val output = HeadStartListener.pathOf(sink)
@@ -65,8 +72,21 @@ final class HeadStartListener private (spark: SparkSession)
               }
             case _ =>
           }
-        case _ =>
-      }
+        }
+      case _ =>
+    }
+
+  /** The query as a reader of the batchlog sinks it reads (see `ReaderRegistration`). */
+  private def register(
+      event: QueryStartedEvent,
+      query: AnyRef,
+      checkpoint: String,
+      own: Option[String]
+  ): Unit =
+    try ReaderRegistration.register(spark, query, event.id.toString, checkpoint, own)
+    catch {
+      case e: Exception =>
+        logWarning(s"batchlog could not register query ${event.id} with the sinks it reads", e)
     }
 
   override def onQueryProgress(event: QueryProgressEvent): Unit = ()

@@ -13,6 +13,23 @@ package io.batchlog.ops
 /** Files and bytes one batch wrote. */
 final case class BatchFiles(batchId: Long, files: Long, bytes: Long)
 
+/**
+ * A query that reads the sink (`io.batchlog.log.SinkReaders`): its id, checkpoint, the index of its
+ * source that reads the sink, `kind` (`batchlog` or `file`), its own file sink if any, when it was
+ * first and last registered, and whether it has gone unseen longer than
+ * `spark.batchlog.readers.staleAfter`.
+ */
+final case class SinkReaderInfo(
+    queryId: String,
+    checkpoint: String,
+    sourceIndex: Int,
+    kind: String,
+    sink: Option[String],
+    sinceMs: Long,
+    seenMs: Long,
+    stale: Boolean
+)
+
 /** A logged data file: its path as logged (a URI), size and batch (None when untagged). */
 final case class LoggedFile(path: String, size: Long, batchId: Option[Long])
 
@@ -100,7 +117,8 @@ final case class SinkSummary(
     batches: Seq[BatchFiles],
     horizon: HorizonReport,
     logPublish: String,
-    compaction: String
+    compaction: String,
+    readers: Seq[SinkReaderInfo]
 )
 
 /**

@@ -22,7 +22,8 @@ import io.batchlog.log.{
   LogFormat,
   LogLayout,
   ObjectStoreCopy,
-  SinkLogEntry
+  SinkLogEntry,
+  SinkReaders
 }
 
 /**
@@ -167,8 +168,26 @@ class SinkReader(spark: SparkSession, outputPath: String) {
         ObjectStoreCopy.describe(
           log.checkpointFileManager,
           log.logFilePath(CompactibleFileStreamLog.nextCompactionBatchId(latest, interval))
-        )
+        ),
+      readers()
     )
+  }
+
+  /** The sink's registered readers, each marked stale if unseen longer than the setting. */
+  private def readers(): Seq[SinkReaderInfo] = {
+    val staleBefore = System.currentTimeMillis() - BatchLogConf.readersStaleAfterMs(spark)
+    SinkReaders.list(log.checkpointFileManager, metadataPath).map { r =>
+      SinkReaderInfo(
+        r.queryId,
+        r.checkpoint,
+        r.sourceIndex,
+        r.kind,
+        r.sink,
+        r.sinceMs,
+        r.seenMs,
+        r.seenMs < staleBefore
+      )
+    }
   }
 
   private def qualify(p: String): Path = {
