@@ -86,7 +86,12 @@ object ReaderRegistration extends Logging {
         else SinkReaders.KindFile
       options.get("path").orElse(paths.headOption).flatMap { path =>
         try Some(BatchTaggedFileStreamSinkLog.metadataPathOf(spark, path) -> kind)
-        catch { case e: BatchLogException if e.code == BatchLogException.NotASink => None }
+        catch {
+          case e: BatchLogException if e.code == BatchLogException.NotASink => None
+          case NonFatal(e) => // a glob, a store this session cannot reach: not a sink we know
+            logDebug(s"not registering a reader of $path", e)
+            None
+        }
       }
     }
   }
