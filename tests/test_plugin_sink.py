@@ -202,6 +202,7 @@ def test_sink_log_api(spark: SparkSession, sinks: dict[str, Sink], fmt: str) -> 
         ),
         log_publish="hard link of a temp file (local disk)",
         compaction="client-side copy (not an object store that publishes whole uploads)",
+        readers=[],
     )
 
 

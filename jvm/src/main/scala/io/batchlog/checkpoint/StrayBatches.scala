@@ -61,21 +61,25 @@ object StrayBatches extends Logging {
   }
 
   /**
-   * Batches `cp` commits above `sinkLatest`, the latest batch of the sink its query owns, made to
-   * run again; their ids.
+   * The one batch `cp` commits above `sinkLatest`, the latest batch of the sink its query owns,
+   * made to run again; its id (none: nothing done).
    *
    * Spark writes `commits/N` after the sink logged batch N, so a commit above the sink's latest is
    * not the sink's. A fenced zombie renames its `commits/N` after the rewind that cut N (it wrote
    * the file before its pause); a `repair` cannot rebuild a last batch that wrote no file. Either
    * way the sink would refuse the query's next batch for good (it expects `sinkLatest + 1`). The
    * checkpoint is cut as a rewind to `sinkLatest + 1` would cut it: state versions above it, the
-   * source logs past its offsets, the offsets above it, then the commits from it (last, so that a
-   * crash in between leaves them for the next start to find).
+   * source logs past its offsets, the offsets above it, then the commit (last, so that a crash in
+   * between leaves it for the next start to find).
+   *
+   * Only one commit, above a log that has batches: more (or a log with none) is a damaged or
+   * deleted log, which `repair` rebuilds from the data files; re-running those batches instead
+   * would write them all again. The query then fails as before, naming the log.
    */
   def healAhead(spark: SparkSession, cp: QueryCheckpoint, sinkLatest: Long): Seq[Long] = {
     val next = sinkLatest + 1
     val ahead = cp.commitIds.filter(_ >= next)
-    if (ahead.nonEmpty) {
+    if (sinkLatest >= 0 && ahead == Seq(next)) {
       logWarning(
         s"${cp.commitsDir} commits batches ${ahead.mkString(", ")}, above the sink's latest batch " +
           s"$sinkLatest (a fenced writer's commit after a rewind, or a last batch a repair could " +

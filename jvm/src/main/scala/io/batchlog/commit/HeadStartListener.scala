@@ -10,7 +10,6 @@ import org.apache.spark.sql.streaming.StreamingQueryListener._
 import io.batchlog.shim.{FileStreamSink, StreamingQueryWrapper}
 
 import io.batchlog.BatchLogConf
-import io.batchlog.source.ReaderRegistration
 
 /**
  * Stops a query that is not its sink's writer as it starts, before Spark's file sink skips any of

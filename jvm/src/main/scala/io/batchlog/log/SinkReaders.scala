@@ -15,7 +15,7 @@ import io.batchlog.shim.CheckpointFileManager
 
 /**
  * A query that reads the sink: registered by the reading query's session when the query starts
- * (`io.batchlog.source.ReaderRegistration`), once per run, not once per batch.
+ * (`ReaderRegistration` in the commit path), once per run, not once per batch.
  *
  * @param queryId
  *   the reading query's id (its checkpoint's `metadata`)
@@ -53,6 +53,8 @@ object SinkReaders extends Logging {
 
   val Version = 1
   val DirName = "_readers"
+
+  /** The kind of a reader through the `batchlog` source: the source's name. */
   val KindBatchlog = "batchlog"
   val KindFile = "file"
 

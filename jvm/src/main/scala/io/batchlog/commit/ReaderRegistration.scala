@@ -1,4 +1,4 @@
-package io.batchlog.source
+package io.batchlog.commit
 
 import scala.util.control.NonFatal
 
@@ -6,6 +6,8 @@ import org.apache.hadoop.fs.Path
 import org.apache.spark.internal.Logging
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
+import org.apache.spark.sql.execution.datasources.DataSource
+import org.apache.spark.sql.sources.DataSourceRegister
 
 import io.batchlog.BatchLogException
 import io.batchlog.log.{BatchTaggedFileStreamSinkLog, SinkReaderRecord, SinkReaders, SinkRecord}
@@ -69,6 +71,15 @@ object ReaderRegistration extends Logging {
   def streamingRelations(plan: LogicalPlan): Seq[LogicalPlan] =
     plan.collectLeaves().filter(_.getClass.getSimpleName.startsWith("StreamingRelation")).distinct
 
+  /** True if `className` (a relation's format, as the query named it) is the `batchlog` source. */
+  private def isBatchlogSource(spark: SparkSession, className: String): Boolean =
+    try {
+      val cls = DataSource.lookupDataSource(className, spark.sessionState.conf)
+      classOf[DataSourceRegister].isAssignableFrom(cls) &&
+      cls.getConstructor().newInstance().asInstanceOf[DataSourceRegister].shortName() ==
+        SinkReaders.KindBatchlog
+    } catch { case NonFatal(_) => false }
+
   /** The log of the batchlog sink a relation reads, and how: None if it reads none. */
   private def sinkRead(spark: SparkSession, relation: LogicalPlan): Option[(Path, String)] = {
     val ds =
@@ -79,11 +90,7 @@ object ReaderRegistration extends Logging {
       val options = d.getClass.getMethod("options").invoke(d).asInstanceOf[Map[String, String]]
       val paths = d.getClass.getMethod("paths").invoke(d).asInstanceOf[Seq[String]]
       val kind =
-        if (
-          className == BatchLogDataSource.Name || className == classOf[BatchLogDataSource].getName
-        )
-          SinkReaders.KindBatchlog
-        else SinkReaders.KindFile
+        if (isBatchlogSource(spark, className)) SinkReaders.KindBatchlog else SinkReaders.KindFile
       options.get("path").orElse(paths.headOption).flatMap { path =>
         try Some(BatchTaggedFileStreamSinkLog.metadataPathOf(spark, path) -> kind)
         catch {
