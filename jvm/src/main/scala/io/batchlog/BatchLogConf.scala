@@ -114,11 +114,7 @@ object BatchLogConf {
   )
 
   def writerLeaseTimeoutMs(spark: SparkSession): Long =
-    duration(
-      WriterLeaseTimeoutKey,
-      spark.conf.getOption(WriterLeaseTimeoutKey).getOrElse(WriterLeaseTimeoutDefault),
-      "2m or 30s"
-    )
+    durationOf(spark, WriterLeaseTimeoutKey, WriterLeaseTimeoutDefault, "2m or 30s")
 
   /**
    * How long an operation that fences a writer (rewind, takeover, repair, vacuum, a starting
@@ -168,11 +164,11 @@ object BatchLogConf {
   )
 
   def readersStaleAfterMs(spark: SparkSession): Long =
-    duration(
-      ReadersStaleAfterKey,
-      spark.conf.getOption(ReadersStaleAfterKey).getOrElse(ReadersStaleAfterDefault),
-      "7d or 12h"
-    )
+    durationOf(spark, ReadersStaleAfterKey, ReadersStaleAfterDefault, "7d or 12h")
+
+  /** The positive duration set for `key` in the session (else `default`), in ms. */
+  private def durationOf(spark: SparkSession, key: String, default: String, example: String): Long =
+    duration(key, spark.conf.getOption(key).getOrElse(default), example)
 
   private def duration(key: String, v: String, example: String): Long =
     scala.util.Try(JavaUtils.timeStringAsMs(v)).filter(_ > 0).getOrElse(
