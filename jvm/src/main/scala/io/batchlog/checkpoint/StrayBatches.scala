@@ -78,19 +78,17 @@ object StrayBatches extends Logging {
    */
   def healAhead(spark: SparkSession, cp: QueryCheckpoint, sinkLatest: Long): Seq[Long] = {
     val next = sinkLatest + 1
-    val ahead = cp.commitIds.filter(_ >= next)
-    if (sinkLatest >= 0 && ahead == Seq(next)) {
-      logWarning(
-        s"${cp.commitsDir} commits batches ${ahead.mkString(", ")}, above the sink's latest batch " +
-          s"$sinkLatest (a fenced writer's commit after a rewind, or a last batch a repair could " +
-          s"not rebuild): batch $next runs again; removing the offsets and state versions above " +
-          s"it, the source logs past its offsets and the commits from it"
-      )
-      cutAbove(spark, cp, next)
-      ahead.reverse.foreach(n => cp.fm.delete(cp.commitFile(n)))
-      cp.removeStrayChecksums(cp.commitsDir, next - 1)
-    }
-    ahead
+    if (sinkLatest < 0 || cp.commitIds.filter(_ >= next) != Seq(next)) return Nil
+    logWarning(
+      s"${cp.commitsDir} commits batch $next, above the sink's latest batch $sinkLatest (a " +
+        "fenced writer's commit after a rewind, or a last batch a repair could not rebuild): it " +
+        "runs again; removing the offsets and state versions above it, the source logs past its " +
+        "offsets and its commit"
+    )
+    cutAbove(spark, cp, next)
+    cp.fm.delete(cp.commitFile(next))
+    cp.removeStrayChecksums(cp.commitsDir, sinkLatest)
+    Seq(next)
   }
 
   /** Cuts `cp` back above batch `kept`: state versions, source logs past its offsets, offsets. */
