@@ -219,14 +219,17 @@ object BatchLogException {
       sink: String,
       toBatch: Long,
       checkpoint: String,
-      andThen: String = "restart the query"
+      andThen: String = "restart the query",
+      finishWith: Option[String] = None
   ): BatchLogException =
     new BatchLogException(
       RewindInProgress,
       s"The sink $sink is being rewound to batch $toBatch (checkpoint $checkpoint) and the " +
-        "rewind did not finish. Nothing is written to it until it does: re-run " +
-        s"`python -m batchlog rewind $sink --checkpoint $checkpoint --to-batch $toBatch` to " +
-        s"finish it, then $andThen."
+        s"${if (finishWith.isDefined) "pipeline rewind it is part of" else "rewind"} did not " +
+        "finish. Nothing is written to it until it does: re-run `" +
+        finishWith.getOrElse(
+          s"python -m batchlog rewind $sink --checkpoint $checkpoint --to-batch $toBatch"
+        ) + s"` to finish it, then $andThen."
     )
 
   def queryActive(sink: String): BatchLogException = new BatchLogException(
@@ -386,9 +389,11 @@ object BatchLogException {
         (if (latest < consumed) s"is gone: the sink was rewound (its latest batch is now $latest)"
          else "was rewritten: the sink was rewound and its batches written again") +
         ". Rows this query already emitted from the rewound batches would be counted twice or " +
-        "lost, so it stops. Either rewind this query too, to the batch where it first read a " +
-        "rewound upstream batch (`python -m batchlog rewind <its sink> --checkpoint <its " +
-        "checkpoint> --to-batch N`), or restart it from a new checkpoint with option " +
+        "lost, so it stops. Rewind the pipeline from that sink, this query included, with one " +
+        s"command: `python -m batchlog rewind $sink --checkpoint <the upstream query's " +
+        "checkpoint> --to-batch N --cascade` (N: the batch the upstream was rewound to; each " +
+        "downstream query goes back to its first batch that read a rewound batch), then " +
+        "restart the queries; or restart this one from a new checkpoint with option " +
         "startingBatch set to the first upstream batch to read."
     )
 

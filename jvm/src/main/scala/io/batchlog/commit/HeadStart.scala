@@ -113,7 +113,14 @@ object HeadStart {
       sink: String
   ): Option[BatchLogException] =
     RewindIntent.read(fm, meta)
-      .map(i => BatchLogException.rewindInProgress(i.sink, i.toBatch, i.checkpoint))
+      .map(i =>
+        BatchLogException.rewindInProgress(
+          i.sink,
+          i.toBatch,
+          i.checkpoint,
+          finishWith = i.finishWith
+        )
+      )
       .orElse(
         RepairIntent.read(fm, meta)
           .map(r => BatchLogException.repairInProgress(sink, r.startedAtMs, r.movedAside))

@@ -391,7 +391,12 @@ object Repair {
     BatchLogException.unchanged {
       if (!dryRun && (p.needed || force)) {
         p.intent.foreach(i =>
-          throw BatchLogException.rewindInProgress(i.sink, i.toBatch, i.checkpoint)
+          throw BatchLogException.rewindInProgress(
+            i.sink,
+            i.toBatch,
+            i.checkpoint,
+            finishWith = i.finishWith
+          )
         )
         // the lease lives in _batchlog/: it outlives a deleted log
         WriterFence.refuseLiveWriter(

@@ -68,7 +68,9 @@ object Rewind {
       sinkPath: String,
       checkpointPath: String,
       toBatch: Long,
-      force: Boolean = false
+      force: Boolean = false,
+      replan: Boolean = false,
+      inCascade: Boolean = false
   ): RewindPlan = BatchLogException.unchanged {
     val hadoopConf = spark.sessionState.newHadoopConf()
     val meta = BatchTaggedFileStreamSinkLog.metadataPathOf(spark, sinkPath)
@@ -82,8 +84,16 @@ object Rewind {
     val ownerFrom = Horizon.ofOwner(owners, cp.queryId)
     val intent = RewindIntent.read(sinkFm, meta)
     intent.foreach { i =>
-      if (i.toBatch != toBatch || i.checkpoint != cp.root.toString) {
-        throw BatchLogException.rewindInProgress(i.sink, i.toBatch, i.checkpoint)
+      // a hop of an unfinished cascade is finished by the cascade, which fixed its hops
+      if (
+        i.toBatch != toBatch || i.checkpoint != cp.root.toString || i.finishWith.isDefined != inCascade
+      ) {
+        throw BatchLogException.rewindInProgress(
+          i.sink,
+          i.toBatch,
+          i.checkpoint,
+          finishWith = i.finishWith
+        )
       }
     }
     if (toBatch < 0) throw BatchLogException.invalidArgument("to_batch", toBatch, "it must be >= 0")
@@ -175,17 +185,28 @@ object Rewind {
     val atN = if (toBatch <= planned) {
       require(toBatch, offsets, "offsets"); Some(cp.offsets(toBatch))
     } else None
+    // Batch N planned anew (its input changed upstream): the file sources' logs keep the entries
+    // batch N-1 had read, none for N = 0, so they list their directory again.
+    val replanned = atN.isDefined && (replan || atN.exists(_.readsOnlyBatchLogSources))
+    val cutAt: Option[Int => Option[Long]] = atN.map { entry =>
+      if (!replanned) entry.fileSourceLogOffset(_)
+      else if (toBatch == 0) (_: Int) => Some(-1L)
+      else {
+        val before = cp.offsets(toBatch - 1)
+        i => before.fileSourceLogOffset(i).orElse(entry.fileSourceLogOffset(i).map(_ => -1L))
+      }
+    }
 
-    val sourceLogs = atN.toSeq.flatMap { entry =>
+    val sourceLogs = cutAt.toSeq.flatMap { offsetOf =>
       cp.sourceIndexes.flatMap { i =>
         val dir = cp.sourceDir(i)
-        entry.fileSourceLogOffset(i) match {
+        offsetOf(i) match {
           case Some(k) =>
             val default = spark.sessionState.conf.fileSourceLogCompactInterval
             val interval = LogLayout.intervalOf(cp.fm, dir, default)._2.getOrElse(default)
             Some(i -> LogTruncation.planReadable(cp.fm, dir, k, interval, default))
               .filterNot(_._2.isNoop)
-          case None if LogLayout.listIds(cp.fm, dir).forall(_ == 0L) =>
+          case None if replanned || LogLayout.listIds(cp.fm, dir).forall(_ == 0L) =>
             None // initial offsets only
           case None =>
             throw BatchLogException.unsupportedCheckpoint(
@@ -225,10 +246,9 @@ object Rewind {
       stateFiles,
       removeStateDir,
       commits.filter(_ >= toBatch).reverse,
-      // exact replay keeps offsets/N; a query reading only batchlog sources re-plans batch N
-      // from offsets/N-1 (its upstream may have been rewound: batch N's input is new)
-      offsets.filter(b => b > toBatch || (b == toBatch && atN.exists(_.readsOnlyBatchLogSources)))
-        .reverse,
+      // exact replay keeps offsets/N; a query reading only batchlog sources, or one whose upstream
+      // is rewound with it (a cascade), re-plans batch N from offsets/N-1: its input is new
+      offsets.filter(b => b > toBatch || (b == toBatch && replanned)).reverse,
       resuming = intent.isDefined,
       queryId = cp.queryId,
       force = force
@@ -240,158 +260,200 @@ object Rewind {
    * error says to re-run the same rewind, which finishes the job.
    */
   def apply(spark: SparkSession, plan: RewindPlan, quiet: Boolean): RewindResult = {
-    val hadoopConf = spark.sessionState.newHadoopConf()
-    val sinkFm = CheckpointFileManager.create(plan.metadataPath, hadoopConf)
-    val cpFm = CheckpointFileManager.create(plan.checkpoint, hadoopConf)
-    val progress = new Progress(s"rewind to batch ${plan.toBatch}", quiet)
-    val listener = RewindStepListener.fromConf(spark)
-    val parallelism = BatchLogConf.deleteParallelism(spark)
-    val startNs = System.nanoTime()
-    def step(name: String)(body: => Unit): Unit = {
+    val run = new Run(spark, plan, quiet, None, identity)
+    run.begin()
+    val result = run.cut()
+    run.done()
+    result
+  }
+
+  /**
+   * One rewind carried out in three parts, so that a cascade ([[Cascade]]) can fence every hop
+   * before it deletes anything, and remove every hop's intent only at its end: [[begin]] (the
+   * intent and the fence), [[cut]] (data files, logs, state, checkpoint) and [[done]] (the intent
+   * removed). `finishWith`: the cascade's command, which finishes it after a failure (else the
+   * rewind's own); `stepName`: the name a step has for the [[RewindStepListener]].
+   */
+  private[ops] class Run(
+      spark: SparkSession,
+      plan: RewindPlan,
+      quiet: Boolean,
+      finishWith: Option[String],
+      stepName: String => String
+  ) {
+    private val again = finishWith.getOrElse(
+      s"python -m batchlog rewind ${plan.sink} --checkpoint ${plan.checkpoint} --to-batch " +
+        plan.toBatch
+    )
+    private val hadoopConf = spark.sessionState.newHadoopConf()
+    private val sinkFm = CheckpointFileManager.create(plan.metadataPath, hadoopConf)
+    private val cpFm = CheckpointFileManager.create(plan.checkpoint, hadoopConf)
+    private val progress = new Progress(s"rewind to batch ${plan.toBatch}", quiet)
+    private val listener = RewindStepListener.fromConf(spark)
+    private val parallelism = BatchLogConf.deleteParallelism(spark)
+    private val startNs = System.nanoTime()
+
+    private def step(name: String)(body: => Unit): Unit = {
       try body
       catch {
         case e: BatchLogException =>
           throw e.withOutcome(
-            s"The rewind stopped in its step '$name' and is unfinished: the sink refuses writes " +
-              s"until it is finished. Re-run `python -m batchlog rewind ${plan.sink} --checkpoint " +
-              s"${plan.checkpoint} --to-batch ${plan.toBatch}` to finish it."
+            s"The rewind of ${plan.sink} stopped in its step '$name' and is unfinished: the sink " +
+              s"refuses writes until it is finished. Re-run `$again` to finish it."
           )
       }
-      progress.note(s"rewind step '$name' done")
-      listener.foreach(_.afterStep(name))
+      progress.note(s"rewind step '${stepName(name)}' done")
+      listener.foreach(_.afterStep(stepName(name)))
     }
 
-    step("intent") {
-      RewindIntent.write(
-        sinkFm,
-        plan.metadataPath,
-        RewindIntent(
-          plan.toBatch,
-          plan.sink.toString,
-          plan.checkpoint.toString,
-          System.currentTimeMillis()
-        )
-      )
-    }
-    // The intent is down: a writer starting now is refused. One that is already past its checks
-    // is caught here (its lease) or by the epoch bump (it re-reads the epoch before committing).
-    step("fence") {
-      try {
-        WriterFence.refuseLiveWriter(
+    /** The intent written, the writer fenced and the next log id claimed; nothing deleted. */
+    def begin(): Unit = {
+      step("intent") {
+        RewindIntent.write(
           sinkFm,
           plan.metadataPath,
-          plan.force,
-          BatchLogConf.fenceWaitMs(spark)
-        )
-        val log = new BatchTaggedFileStreamSinkLog(spark, plan.metadataPath.toString)
-        val latest = log.getLatestBatchId().getOrElse(-1L)
-        if (latest != plan.sinkLatest) {
-          throw BatchLogException.sinkWrittenDuringRewind(
+          RewindIntent(
+            plan.toBatch,
             plan.sink.toString,
-            latest,
-            plan.sinkLatest
+            plan.checkpoint.toString,
+            System.currentTimeMillis(),
+            finishWith
           )
-        }
-      } catch {
-        case e: BatchLogException =>
-          if (!plan.resuming) RewindIntent.delete(sinkFm, plan.metadataPath)
-          throw e.withOutcome(BatchLogException.NothingChanged)
-      }
-      if (!plan.isNoop) {
-        WriterFence.bumpEpoch(sinkFm, plan.metadataPath) {
-          case Some(r) => r.rewoundTo(plan.toBatch, plan.queryId, System.currentTimeMillis())
-          case None =>
-            val log = new BatchTaggedFileStreamSinkLog(spark, plan.metadataPath.toString)
-            SinkRecord.first(plan.queryId, 0L, log.interval, System.currentTimeMillis())
-        }
-        // A writer checks for a rewind at its run's first batch and re-reads the epoch before each
-        // commit: one whose lease had expired (stalled, or declared dead with `force`) may have
-        // committed a batch between the checks above and the bump. It stops at its next batch (the
-        // epoch moved); the rewind must not go on with a plan that misses that batch.
-        // Then the store arbitrates: the next log id is claimed, create-once. A writer that passed
-        // its checks before the bump and publishes that id now is refused; one that published it
-        // first makes the claim fail, and the rewind stops before it changed anything.
-        val log = new BatchTaggedFileStreamSinkLog(spark, plan.metadataPath.toString)
-        val latest = log.getLatestBatchId().getOrElse(-1L)
-        if (latest != plan.sinkLatest || !log.claimNext(plan.sinkLatest + 1)) {
-          if (!plan.resuming) RewindIntent.delete(sinkFm, plan.metadataPath)
-          throw BatchLogException.sinkWrittenDuringRewind(
-            plan.sink.toString,
-            math.max(latest, plan.sinkLatest + 1),
-            plan.sinkLatest
-          ).withOutcome(
-            "Nothing was deleted; the sink's record has a new epoch, so its writer stops at " +
-              "its next batch."
-          )
-        }
-      }
-    }
-    var deleted = 0L
-    val dataFilesStartNs = System.nanoTime()
-    step("data-files") {
-      deleted = ParallelDelete(
-        plan.dataFiles.map(_.path),
-        hadoopConf,
-        parallelism,
-        new Progress("rewind: deleting data files", quiet)
-      )
-    }
-    val dataFilesMs = (System.nanoTime() - dataFilesStartNs) / 1000000
-    step("sink-log") {
-      val src = plan.sinkLog.rebuildFrom.getOrElse(-1L)
-      val log = new BatchTaggedFileStreamSinkLog(spark, plan.metadataPath.toString)
-      // The planned cut, on the log files present now: the claimed id goes too, and anything a
-      // writer published above the target since the plan (newest first, as planned).
-      val t = plan.sinkLog
-      val cut = LogTruncation.plan(sinkFm, plan.metadataPath, t.keepUpTo, t.interval)
-      LogTruncation.apply(sinkFm, cut)(line => log.batchOf(LogFormat.decode(line), src))
-    }
-    // State, commits and offsets are listed again now that the writer is fenced: files a stalled
-    // writer added above the target after the plan's listing go too.
-    val cp = new QueryCheckpoint(spark, plan.checkpoint.toString)
-    step("state") {
-      StateMaintenance.awaitSettled(spark, cp) { ms =>
-        progress.note(
-          f"rewind: waiting ${ms / 1000.0}%.1f s for the state store maintenance the stopped " +
-            s"query still owes its checkpoint (${StateMaintenance.IntervalKey} after its newest " +
-            "state file): a snapshot it writes later would bring back state above the target"
         )
       }
-      if (plan.removeStateDir || (plan.toBatch == 0 && cp.fs.exists(cp.stateDir))) {
-        cpFm.delete(new Path(plan.checkpoint, "state"))
-      } else ParallelDelete(
-        (plan.stateFiles.map(_._1) ++ StateFiles.toDelete(cp, plan.toBatch, None).map(_.getPath))
-          .distinct,
-        hadoopConf,
-        parallelism,
-        new Progress("rewind: deleting state files", quiet)
-      )
-    }
-    def newestFirst(planned: Seq[Long], now: Seq[Long]) = (planned ++ now).distinct.sorted.reverse
-    // Each log cut also removes the checksum files a hand deletion above the cut left behind
-    // (`QueryCheckpoint.removeStrayChecksums`): with one, Spark could not write that batch again.
-    step("commits") {
-      newestFirst(plan.commitsToDelete, cp.commitIds.filter(_ >= plan.toBatch))
-        .foreach(n => cpFm.delete(cp.commitFile(n)))
-      cp.removeStrayChecksums(cp.commitsDir, plan.toBatch - 1)
-    }
-    step("offsets") {
-      newestFirst(plan.offsetsToDelete, cp.offsetIds.filter(_ > plan.toBatch))
-        .foreach(n => cpFm.delete(cp.offsetsFile(n)))
-      cp.removeStrayChecksums(cp.offsetsDir, plan.toBatch)
-    }
-    // Source logs last: until offsets/ and commits/ are cut back, they name log offsets above
-    // the cut, and a query restarted after a crash in between would fail inside the source
-    // ("batch N doesn't exist") -- or log files anew -- instead of reaching the sink's refusal.
-    step("source-logs") {
-      plan.sourceLogs.foreach { case (_, t) =>
-        LogTruncation.apply(cpFm, t)(JsonField.long(_, "batchId"))
-        cp.removeStrayChecksums(t.dir, t.keepUpTo)
+      // The intent is down: a writer starting now is refused. One that is already past its checks
+      // is caught here (its lease) or by the epoch bump (it re-reads the epoch before committing).
+      step("fence") {
+        try {
+          WriterFence.refuseLiveWriter(
+            sinkFm,
+            plan.metadataPath,
+            plan.force,
+            BatchLogConf.fenceWaitMs(spark)
+          )
+          val log = new BatchTaggedFileStreamSinkLog(spark, plan.metadataPath.toString)
+          val latest = log.getLatestBatchId().getOrElse(-1L)
+          if (latest != plan.sinkLatest) {
+            throw BatchLogException.sinkWrittenDuringRewind(
+              plan.sink.toString,
+              latest,
+              plan.sinkLatest
+            )
+          }
+        } catch {
+          case e: BatchLogException =>
+            if (!plan.resuming) RewindIntent.delete(sinkFm, plan.metadataPath)
+            throw e.withOutcome(
+              if (finishWith.isEmpty) BatchLogException.NothingChanged
+              else {
+                s"Nothing was changed in ${plan.sink}, but the pipeline rewind it is part of " +
+                  "is unfinished (the hops before it are fenced, nothing is deleted): stop its " +
+                  s"writer, then re-run `$again` to finish it."
+              }
+            )
+        }
+        if (!plan.isNoop) {
+          WriterFence.bumpEpoch(sinkFm, plan.metadataPath) {
+            case Some(r) => r.rewoundTo(plan.toBatch, plan.queryId, System.currentTimeMillis())
+            case None =>
+              val log = new BatchTaggedFileStreamSinkLog(spark, plan.metadataPath.toString)
+              SinkRecord.first(plan.queryId, 0L, log.interval, System.currentTimeMillis())
+          }
+          // A writer checks for a rewind at its run's first batch and re-reads the epoch before each
+          // commit: one whose lease had expired (stalled, or declared dead with `force`) may have
+          // committed a batch between the checks above and the bump. It stops at its next batch (the
+          // epoch moved); the rewind must not go on with a plan that misses that batch.
+          // Then the store arbitrates: the next log id is claimed, create-once. A writer that passed
+          // its checks before the bump and publishes that id now is refused; one that published it
+          // first makes the claim fail, and the rewind stops before it changed anything.
+          val log = new BatchTaggedFileStreamSinkLog(spark, plan.metadataPath.toString)
+          val latest = log.getLatestBatchId().getOrElse(-1L)
+          if (latest != plan.sinkLatest || !log.claimNext(plan.sinkLatest + 1)) {
+            if (!plan.resuming) RewindIntent.delete(sinkFm, plan.metadataPath)
+            throw BatchLogException.sinkWrittenDuringRewind(
+              plan.sink.toString,
+              math.max(latest, plan.sinkLatest + 1),
+              plan.sinkLatest
+            ).withOutcome(
+              "Nothing was deleted; the sink's record has a new epoch, so its writer stops at " +
+                "its next batch."
+            )
+          }
+        }
       }
     }
-    step("done")(RewindIntent.delete(sinkFm, plan.metadataPath))
-    val ms = (System.nanoTime() - startNs) / 1000000
-    RewindResult(plan.toBatch, deleted, plan.dataFiles.map(_.size).sum, ms, dataFilesMs)
+
+    /** Data files, sink log, state, commits, offsets and source logs cut; the intent kept. */
+    def cut(): RewindResult = {
+      var deleted = 0L
+      val dataFilesStartNs = System.nanoTime()
+      step("data-files") {
+        deleted = ParallelDelete(
+          plan.dataFiles.map(_.path),
+          hadoopConf,
+          parallelism,
+          new Progress("rewind: deleting data files", quiet)
+        )
+      }
+      val dataFilesMs = (System.nanoTime() - dataFilesStartNs) / 1000000
+      step("sink-log") {
+        val src = plan.sinkLog.rebuildFrom.getOrElse(-1L)
+        val log = new BatchTaggedFileStreamSinkLog(spark, plan.metadataPath.toString)
+        // The planned cut, on the log files present now: the claimed id goes too, and anything a
+        // writer published above the target since the plan (newest first, as planned).
+        val t = plan.sinkLog
+        val cut = LogTruncation.plan(sinkFm, plan.metadataPath, t.keepUpTo, t.interval)
+        LogTruncation.apply(sinkFm, cut)(line => log.batchOf(LogFormat.decode(line), src))
+      }
+      // State, commits and offsets are listed again now that the writer is fenced: files a stalled
+      // writer added above the target after the plan's listing go too.
+      val cp = new QueryCheckpoint(spark, plan.checkpoint.toString)
+      step("state") {
+        StateMaintenance.awaitSettled(spark, cp) { ms =>
+          progress.note(
+            f"rewind: waiting ${ms / 1000.0}%.1f s for the state store maintenance the stopped " +
+              s"query still owes its checkpoint (${StateMaintenance.IntervalKey} after its newest " +
+              "state file): a snapshot it writes later would bring back state above the target"
+          )
+        }
+        if (plan.removeStateDir || (plan.toBatch == 0 && cp.fs.exists(cp.stateDir))) {
+          cpFm.delete(new Path(plan.checkpoint, "state"))
+        } else ParallelDelete(
+          (plan.stateFiles.map(_._1) ++ StateFiles.toDelete(cp, plan.toBatch, None).map(_.getPath))
+            .distinct,
+          hadoopConf,
+          parallelism,
+          new Progress("rewind: deleting state files", quiet)
+        )
+      }
+      def newestFirst(planned: Seq[Long], now: Seq[Long]) = (planned ++ now).distinct.sorted.reverse
+      // Each log cut also removes the checksum files a hand deletion above the cut left behind
+      // (`QueryCheckpoint.removeStrayChecksums`): with one, Spark could not write that batch again.
+      step("commits") {
+        newestFirst(plan.commitsToDelete, cp.commitIds.filter(_ >= plan.toBatch))
+          .foreach(n => cpFm.delete(cp.commitFile(n)))
+        cp.removeStrayChecksums(cp.commitsDir, plan.toBatch - 1)
+      }
+      step("offsets") {
+        newestFirst(plan.offsetsToDelete, cp.offsetIds.filter(_ > plan.toBatch))
+          .foreach(n => cpFm.delete(cp.offsetsFile(n)))
+        cp.removeStrayChecksums(cp.offsetsDir, plan.toBatch)
+      }
+      // Source logs last: until offsets/ and commits/ are cut back, they name log offsets above
+      // the cut, and a query restarted after a crash in between would fail inside the source
+      // ("batch N doesn't exist") -- or log files anew -- instead of reaching the sink's refusal.
+      step("source-logs") {
+        plan.sourceLogs.foreach { case (_, t) =>
+          LogTruncation.apply(cpFm, t)(JsonField.long(_, "batchId"))
+          cp.removeStrayChecksums(t.dir, t.keepUpTo)
+        }
+      }
+      val ms = (System.nanoTime() - startNs) / 1000000
+      RewindResult(plan.toBatch, deleted, plan.dataFiles.map(_.size).sum, ms, dataFilesMs)
+    }
+
+    /** The intent removed: the sink takes writes again. */
+    def done(): Unit = step("done")(RewindIntent.delete(sinkFm, plan.metadataPath))
   }
 
   private def refuseIfActive(spark: SparkSession, sink: Path): Unit = {

@@ -73,7 +73,8 @@ object Takeover {
           i.sink,
           i.toBatch,
           i.checkpoint,
-          andThen = s"run the takeover again"
+          andThen = s"run the takeover again",
+          finishWith = i.finishWith
         )
       }
       val cp = new QueryCheckpoint(spark, checkpointPath)
