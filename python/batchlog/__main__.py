@@ -54,6 +54,12 @@ def _flush() -> None:
 
 
 def cmd_rewind(spark: SparkSession, args: argparse.Namespace) -> int:
+    if args.cascade:
+        return _cascade(spark, args)
+    if args.downstream:
+        raise batchlog.InvalidArgumentError(
+            "--downstream names readers of a cascade: add --cascade"
+        )
     action = ops.rewind_action(spark, args.path, args.checkpoint, args.to_batch, args.force)
     render.rewind_plan(action.plan(), args.dry_run)
     if not args.dry_run:
@@ -61,6 +67,17 @@ def cmd_rewind(spark: SparkSession, args: argparse.Namespace) -> int:
         result = action.execute().result
         assert result is not None
         render.rewind_result(result)
+    return 0
+
+
+def _cascade(spark: SparkSession, args: argparse.Namespace) -> int:
+    action = ops.cascade_action(
+        spark, args.path, args.checkpoint, args.to_batch, args.downstream, args.force
+    )
+    render.cascade_plan(action.plan(), args.dry_run)
+    if not args.dry_run:
+        _flush()
+        render.cascade_result(action.execute())
     return 0
 
 
@@ -188,6 +205,20 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("path", help="the sink's output directory")
     s.add_argument("--checkpoint", required=True, help="the query's checkpointLocation")
     s.add_argument("--to-batch", type=int, required=True, help="first batch to run again")
+    s.add_argument(
+        "--cascade",
+        action="store_true",
+        help="rewind every query downstream of the sink too, each to its first batch that read "
+        "a rewound batch",
+    )
+    s.add_argument(
+        "--downstream",
+        action="append",
+        default=[],
+        metavar="SINK=CHECKPOINT",
+        help="with --cascade: a downstream query that never registered with the sink it reads "
+        "(=CHECKPOINT for one that writes no file sink); repeat for more",
+    )
     _plan_options(s)
     s.set_defaults(fn=cmd_rewind)
     s = sub.add_parser("takeover", help="make another query (its checkpoint) the sink's one writer")

@@ -8,6 +8,9 @@ from pathlib import Path
 from batchlog._cli_util import human_bytes, table
 from batchlog.reports import (
     AdoptReport,
+    CascadeHopSummary,
+    CascadePlanSummary,
+    CascadeReport,
     RepairReport,
     RewindPlanSummary,
     RewindResult,
@@ -146,6 +149,75 @@ def rewind_result(r: RewindResult) -> None:
         f"\ndone in {r.elapsed_ms / 1000:.1f} s (deleting {r.data_files_deleted} data files: "
         f"{r.data_files_ms / 1000:.1f} s). "
         f"Restart the query with the same checkpoint to re-run batch {r.to_batch}."
+    )
+
+
+def _hop_line(h: CascadeHopSummary) -> str:
+    if h.depth == 0:
+        how = "the sink rewound"
+    else:
+        how = f"{h.kind} source {h.source_index} read batch {h.upstream_from}+ upstream"
+        if not h.registered:
+            how += ", named by --downstream"
+    if h.plan is None:
+        return (
+            f"(no file sink)  batches {h.to_batch}..{h.last_batch} run again  [{how}]"
+            f"\n    checkpoint {h.checkpoint} (not changed)"
+        )
+    p = h.plan
+    files = f"{p.data_files} data files ({human_bytes(p.data_bytes)})"
+    resuming = ", resuming" if p.resuming else ""
+    return (
+        f"{h.sink}  to batch {h.to_batch}: {files}  [{how}{resuming}]"
+        f"\n    checkpoint {h.checkpoint}"
+    )
+
+
+def cascade_plan(plan: CascadePlanSummary, dry_run: bool) -> None:
+    head = "DRY RUN: would rewind" if dry_run else "rewinding"
+    print(
+        f"{head} the pipeline below {plan.sink} to batch {plan.to_batch}: {len(plan.hops)} "
+        "hop(s)" + ("  (resuming an unfinished cascade)" if plan.resuming else "")
+    )
+    print()
+    children: dict[str | None, list[CascadeHopSummary]] = {}
+    for h in plan.hops[1:]:
+        children.setdefault(h.upstream, []).append(h)
+
+    def show(h: CascadeHopSummary, prefix: str, last: bool, top: bool) -> None:
+        branch = "" if top else ("└─ " if last else "├─ ")
+        first, *rest = _hop_line(h).split("\n")
+        print(prefix + branch + first)
+        inner = prefix + ("" if top else ("   " if last else "│  "))
+        below = children.get(h.sink, []) if h.sink else []
+        for line in rest:
+            print(inner + ("│" if below else " ") + line)
+        for i, c in enumerate(below):
+            show(c, inner, i == len(below) - 1, False)
+
+    show(plan.hops[0], "", True, True)
+    if plan.unaffected:
+        print()
+        rows = [[u.checkpoint, u.upstream, u.why] for u in plan.unaffected]
+        print(table(["reader left as it is", "reads", "why"], rows))
+    if dry_run:
+        print("\nDRY RUN: nothing changed; run without --dry-run to rewind every hop.")
+
+
+def cascade_result(r: CascadeReport) -> None:
+    print()
+    for h, res in zip(r.plan.hops, r.results or []):
+        if res is None:
+            print(f"{h.checkpoint}: no file sink, listed only; its batches from {h.to_batch} rerun")
+        else:
+            print(
+                f"{h.sink}: back to batch {h.to_batch}, {res.data_files_deleted} data files "
+                f"deleted ({human_bytes(res.data_bytes)})"
+            )
+    print(
+        f"\ndone in {r.elapsed_ms / 1000:.1f} s. Restart each hop's query with its checkpoint, "
+        "in any order: each re-runs its first rewound batch and reads its upstream's new "
+        "batches once."
     )
 
 

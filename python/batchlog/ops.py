@@ -9,7 +9,8 @@ before ``execute()`` does it.
 
 from __future__ import annotations
 
-from typing import Any, Generic, TypeVar
+from collections.abc import Sequence
+from typing import Any, Generic, Literal, TypeVar, overload
 
 from pyspark.sql import DataFrame, SparkSession
 
@@ -17,6 +18,8 @@ from batchlog import _sql
 from batchlog._jvm import batchlog_package, jsession, jvm_errors
 from batchlog.reports import (
     AdoptReport,
+    CascadePlanSummary,
+    CascadeReport,
     RepairReport,
     Report,
     RewindPlanSummary,
@@ -111,6 +114,60 @@ def rewind_action(
     return Action(spark, j, RewindPlanSummary, RewindReport)
 
 
+def cascade_action(
+    spark: SparkSession,
+    sink_path: str,
+    checkpoint_path: str,
+    to_batch: int,
+    downstream: Sequence[str] = (),
+    force: bool = False,
+) -> Action[CascadePlanSummary, CascadeReport]:
+    """The cascade of :func:`rewind` (``cascade=True``) as an :class:`Action`."""
+    if _sql.is_remote(spark):
+        named = "".join(f" DOWNSTREAM {_sql.literal(d)}" for d in downstream)
+        return SqlAction(
+            spark,
+            f"BATCHLOG REWIND {_sql.literal(sink_path)} CHECKPOINT {_sql.literal(checkpoint_path)}"
+            f" TO BATCH {int(to_batch)} CASCADE{named}{_force(force)}",
+            CascadePlanSummary,
+            CascadeReport,
+        )
+    with jvm_errors():
+        j = sink(spark, sink_path).cascade(checkpoint_path, int(to_batch)).force(force)
+        for d in downstream:
+            j = j.downstream(d)
+    return Action(spark, j, CascadePlanSummary, CascadeReport)
+
+
+@overload
+def rewind(
+    spark: SparkSession,
+    sink_path: str,
+    checkpoint_path: str,
+    to_batch: int,
+    dry_run: bool = ...,
+    quiet: bool = ...,
+    force: bool = ...,
+    cascade: Literal[False] = ...,
+    downstream: Sequence[str] = ...,
+) -> RewindReport: ...
+
+
+@overload
+def rewind(
+    spark: SparkSession,
+    sink_path: str,
+    checkpoint_path: str,
+    to_batch: int,
+    dry_run: bool = ...,
+    quiet: bool = ...,
+    force: bool = ...,
+    *,
+    cascade: Literal[True],
+    downstream: Sequence[str] = ...,
+) -> CascadeReport: ...
+
+
 def rewind(
     spark: SparkSession,
     sink_path: str,
@@ -119,7 +176,9 @@ def rewind(
     dry_run: bool = False,
     quiet: bool = False,
     force: bool = False,
-) -> RewindReport:
+    cascade: bool = False,
+    downstream: Sequence[str] = (),
+) -> RewindReport | CascadeReport:
     """Rewinds a file sink and its query's checkpoint so that batch ``to_batch`` runs again.
 
     Deletes the data files of batches >= ``to_batch``, cuts the sink log back to
@@ -129,10 +188,20 @@ def rewind(
     live) the rewind refuses with ``WriterActiveError``; ``force=True`` overrides that for a
     writer known to be dead (its driver was killed less than the lease timeout ago).
 
+    With ``cascade=True`` every query downstream of the sink is rewound too, transitively: each
+    to its first batch that read a rewound batch (the readers the sink registered, and those
+    named in ``downstream`` as ``"<its sink>=<its checkpoint>"``). It returns a
+    :class:`CascadeReport`, whose ``hops`` list each query with its own rewind plan.
+
     Returns the plan and (unless ``dry_run``, which changes nothing) the result. An interrupted
     rewind is finished by calling this again with the same arguments; until then the sink
     refuses writes.
     """
+    if cascade:
+        c = cascade_action(spark, sink_path, checkpoint_path, to_batch, downstream, force)
+        return c.execute(dry_run, quiet)
+    if downstream:
+        raise ValueError("downstream names readers of a cascade: pass cascade=True with it")
     action = rewind_action(spark, sink_path, checkpoint_path, to_batch, force)
     return action.execute(dry_run, quiet)
 

@@ -315,6 +315,65 @@ class RewindReport(Report):
 
 
 @dataclasses.dataclass(frozen=True)
+class CascadeHopSummary(Report):
+    """One hop of a cascade rewind: the query of ``checkpoint`` (writing the file sink ``sink``,
+    if any) goes back to ``to_batch`` because its source ``source_index`` (``kind``: ``batchlog``,
+    ``file``, or ``root`` for the sink the cascade starts from) read batch ``upstream_from`` or
+    later of ``upstream``. ``plan`` is its own rewind plan; ``None`` for a query writing no file
+    sink, whose batches ``to_batch..last_batch`` run again when it restarts."""
+
+    depth: int
+    upstream: str | None
+    upstream_from: int
+    source_index: int
+    kind: str
+    registered: bool
+    sink: str | None
+    checkpoint: str
+    to_batch: int
+    last_batch: int
+    plan: RewindPlanSummary | None
+
+
+@dataclasses.dataclass(frozen=True)
+class CascadeUnaffectedReader(Report):
+    """A reader of a rewound sink that the cascade leaves as it is, and why."""
+
+    checkpoint: str
+    upstream: str
+    why: str
+
+
+@dataclasses.dataclass(frozen=True)
+class CascadePlanSummary(Report):
+    """What a cascade rewind will do: ``hops``, the sink it starts from first; ``command`` runs
+    it again (and finishes it after a crash)."""
+
+    sink: str
+    checkpoint: str
+    to_batch: int
+    resuming: bool
+    hops: list[CascadeHopSummary]
+    unaffected: list[CascadeUnaffectedReader]
+    command: str
+
+
+@dataclasses.dataclass(frozen=True)
+class CascadeReport(Report):
+    """A cascade's plan and, unless it was a dry run, each hop's result (``None`` for a listed
+    hop)."""
+
+    plan: CascadePlanSummary
+    results: list[RewindResult | None] | None
+    elapsed_ms: int
+
+    @property
+    def hops(self) -> list[CascadeHopSummary]:
+        """The plan's hops."""
+        return self.plan.hops
+
+
+@dataclasses.dataclass(frozen=True)
 class TakeoverReport(Report):
     """A takeover's plan and whether it was carried out."""
 

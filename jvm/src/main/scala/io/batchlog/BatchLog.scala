@@ -87,6 +87,13 @@ final class BatchLog private (spark: SparkSession, val path: String) {
   def rewind(checkpointPath: String, toBatch: Long): RewindAction =
     new RewindAction(spark, path, checkpointPath, toBatch)
 
+  /**
+   * Rewinds the sink, its query's checkpoint at `checkpointPath`, and every query downstream of the
+   * sink, each to its first batch that read a rewound batch ([[io.batchlog.ops.Cascade]]).
+   */
+  def cascade(checkpointPath: String, toBatch: Long): CascadeAction =
+    new CascadeAction(spark, path, checkpointPath, toBatch)
+
   /** Makes the query of `checkpointPath` the sink's one writer from the batch after its latest. */
   def takeover(checkpointPath: String): TakeoverAction =
     new TakeoverAction(spark, path, checkpointPath)

@@ -70,6 +70,34 @@ final class RewindAction private[batchlog] (
 }
 
 /**
+ * Rewinds a sink, its query's checkpoint and every query downstream of it, transitively
+ * ([[io.batchlog.ops.Cascade]]); `downstream` adds a reader that never registered.
+ */
+final class CascadeAction private[batchlog] (
+    spark: SparkSession,
+    sinkPath: String,
+    checkpointPath: String,
+    toBatch: Long
+) extends SinkAction[CascadeAction, CascadePlan, CascadeReport](spark, sinkPath) {
+  private val named = scala.collection.mutable.ArrayBuffer.empty[Downstream]
+
+  /** A downstream query that never registered with the sink it reads: `<sink>=<checkpoint>`. */
+  def downstream(arg: String): CascadeAction = { named += Downstream.parse(arg); this }
+
+  protected def makePlan(): CascadePlan =
+    Cascade.plan(spark, sinkPath, checkpointPath, toBatch, named.toSeq, isForced)
+
+  def summary(): CascadePlanSummary = plan().summary
+
+  def execute(): CascadeReport = {
+    val p = plan()
+    val start = System.nanoTime()
+    val results = if (isDryRun) None else Some(Cascade.apply(spark, p, isQuiet))
+    CascadeReport(p.summary, results, (System.nanoTime() - start) / 1000000)
+  }
+}
+
+/**
  * Makes the query of `checkpointPath` the sink's writer from the batch after its latest
  * ([[io.batchlog.ops.Takeover]]).
  */

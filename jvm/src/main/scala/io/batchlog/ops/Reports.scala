@@ -184,6 +184,48 @@ final case class RewindResult(
 /** A rewind's plan and, unless it was a dry run, its result. */
 final case class RewindReport(plan: RewindPlanSummary, result: Option[RewindResult])
 
+/**
+ * One hop of a cascade rewind ([[Cascade]]): the query of `checkpoint` (writing `sink`, if a file
+ * sink) goes back to `toBatch`, because its source `sourceIndex` (`kind`: `batchlog`, `file`, or
+ * `root` for the sink the cascade starts from) read batch `upstreamFrom` or later of `upstream`.
+ * `plan`: its own rewind's plan (None for a query writing no file sink: its batches
+ * `toBatch..lastBatch` run again when it restarts, its checkpoint is not changed).
+ */
+final case class CascadeHopSummary(
+    depth: Int,
+    upstream: Option[String],
+    upstreamFrom: Long,
+    sourceIndex: Int,
+    kind: String,
+    registered: Boolean,
+    sink: Option[String],
+    checkpoint: String,
+    toBatch: Long,
+    lastBatch: Long,
+    plan: Option[RewindPlanSummary]
+)
+
+/** A reader of a rewound sink the cascade leaves as it is, and why. */
+final case class CascadeUnaffectedReader(checkpoint: String, upstream: String, why: String)
+
+/** What a cascade rewind will do; `command` runs it again (and finishes it after a crash). */
+final case class CascadePlanSummary(
+    sink: String,
+    checkpoint: String,
+    toBatch: Long,
+    resuming: Boolean,
+    hops: Seq[CascadeHopSummary],
+    unaffected: Seq[CascadeUnaffectedReader],
+    command: String
+)
+
+/** A cascade's plan and, unless it was a dry run, each hop's result (None: a listed hop). */
+final case class CascadeReport(
+    plan: CascadePlanSummary,
+    results: Option[Seq[Option[RewindResult]]],
+    elapsedMs: Long
+)
+
 /** A takeover's plan and whether it was carried out; see [[Takeover]]. */
 final case class TakeoverReport(
     sink: String,

@@ -34,6 +34,10 @@ final case class BatchLogCommand(statement: BatchLogStatement) extends LeafRunna
       if (st.mode == Plan) a.summary()
       else { a.dryRun(dry); a.quiet(true); a.execute().asInstanceOf[AnyRef] }
     val report: AnyRef = st.operation match {
+      case "rewind" if st.cascade =>
+        act(
+          st.downstream.foldLeft(sink.cascade(chk, st.toBatch.get))(_.downstream(_)).force(st.force)
+        )
       case "rewind" => act(sink.rewind(chk, st.toBatch.get).force(st.force))
       case "takeover" => act(sink.takeover(chk).force(st.force))
       case "adopt" => act(sink.adopt())

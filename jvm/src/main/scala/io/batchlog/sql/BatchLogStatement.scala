@@ -12,6 +12,8 @@ import io.batchlog.BatchLogException
  *
  * {{{
  *   BATCHLOG REWIND '/data/out' CHECKPOINT '/chk/out' TO BATCH 40 [FORCE] [DRY RUN | PLAN]
+ *   BATCHLOG REWIND '/data/out' CHECKPOINT '/chk/out' TO BATCH 40 CASCADE
+ *       [DOWNSTREAM '<sink>=<checkpoint>' ...] [FORCE] [DRY RUN | PLAN]
  *   BATCHLOG TAKEOVER '/data/out' CHECKPOINT '/chk/new' [FORCE] [DRY RUN | PLAN]
  *   BATCHLOG ADOPT '/data/out' [DRY RUN | PLAN]
  *   BATCHLOG REPAIR '/data/out' [FORCE] [COMPACT INTERVAL 10] [DRY RUN | PLAN]
@@ -32,7 +34,9 @@ final case class BatchLogStatement(
     force: Boolean = false,
     compactInterval: Option[Int] = None,
     olderThan: Option[String] = None,
-    mode: BatchLogStatement.Mode = BatchLogStatement.Execute
+    mode: BatchLogStatement.Mode = BatchLogStatement.Execute,
+    cascade: Boolean = false,
+    downstream: Seq[String] = Nil
 )
 
 object BatchLogStatement {
@@ -48,7 +52,10 @@ object BatchLogStatement {
   private case class Grammar(clauses: Set[String], needs: Set[String], modes: Boolean = true)
 
   private val Operations: Map[String, Grammar] = Map(
-    "REWIND" -> Grammar(Set("CHECKPOINT", "TO", "FORCE"), Set("CHECKPOINT", "TO")),
+    "REWIND" -> Grammar(
+      Set("CHECKPOINT", "TO", "FORCE", "CASCADE", "DOWNSTREAM"),
+      Set("CHECKPOINT", "TO")
+    ),
     "TAKEOVER" -> Grammar(Set("CHECKPOINT", "FORCE"), Set("CHECKPOINT")),
     "ADOPT" -> Grammar(Set(), Set()),
     "REPAIR" -> Grammar(Set("FORCE", "COMPACT"), Set()),
@@ -76,7 +83,8 @@ object BatchLogStatement {
       "statement",
       sql.trim,
       s"$why. Write: ${Operations.keys.toSeq.sorted.mkString("BATCHLOG {", "|", "}")} " +
-        "'<sink path>' [CHECKPOINT '<checkpoint>'] [TO BATCH <n>] [FORCE] [COMPACT INTERVAL <n>] " +
+        "'<sink path>' [CHECKPOINT '<checkpoint>'] [TO BATCH <n>] [CASCADE] " +
+        "[DOWNSTREAM '<sink>=<checkpoint>' ...] [FORCE] [COMPACT INTERVAL <n>] " +
         "[OLDER THAN '<duration>'] [DRY RUN | PLAN]"
     )
     val it = tokens.iterator.buffered
@@ -109,13 +117,16 @@ object BatchLogStatement {
       val allowed = grammar.clauses(clause) || (grammar.modes && Set("DRY", "PLAN")(clause))
       if (!allowed) fail(s"$op takes no $clause clause")
       if (
-        !seen.add(clause) || (clause == "DRY" && seen("PLAN")) || (clause == "PLAN" && seen("DRY"))
+        (!seen.add(clause) && clause != "DOWNSTREAM") || (clause == "DRY" && seen("PLAN")) ||
+        (clause == "PLAN" && seen("DRY"))
       )
         fail(s"$clause is given twice, or with another mode")
       st = clause match {
         case "CHECKPOINT" => st.copy(checkpoint = Some(str("the checkpoint path")))
         case "TO" => word("BATCH"); st.copy(toBatch = Some(num("the batch")))
         case "FORCE" => st.copy(force = true)
+        case "CASCADE" => st.copy(cascade = true)
+        case "DOWNSTREAM" => st.copy(downstream = st.downstream :+ str("the downstream"))
         case "COMPACT" =>
           word("INTERVAL")
           val n = num("the compact interval")
@@ -126,6 +137,7 @@ object BatchLogStatement {
         case "PLAN" => st.copy(mode = Plan)
       }
     }
+    if (st.downstream.nonEmpty && !st.cascade) fail("DOWNSTREAM needs CASCADE")
     grammar.needs.diff(seen).headOption.foreach { c =>
       fail(s"$op needs ${if (c == "TO") "TO BATCH <n>" else s"$c '<path>'"}")
     }

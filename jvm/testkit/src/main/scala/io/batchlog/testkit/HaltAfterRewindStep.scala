@@ -2,11 +2,11 @@ package io.batchlog.testkit
 
 import org.apache.spark.sql.SparkSession
 
-import io.batchlog.ops.{Rewind, RewindStepListener}
+import io.batchlog.ops.{Cascade, Rewind, RewindStepListener}
 
 /**
  * A [[RewindStepListener]] that halts the JVM (exit status 137, as if SIGKILLed) right after the
- * rewind step named by `spark.batchlog.test.haltAfterRewindStep`
+ * rewind (or cascade) step named by `spark.batchlog.test.haltAfterRewindStep`
  * ([[TestkitConf.HaltAfterRewindStep]]), to test that a rewind cut short between two steps is
  * finished by re-running it. Select it with `spark.batchlog.rewind.stepListener` = this class.
  */
@@ -17,8 +17,9 @@ class HaltAfterRewindStep(spark: SparkSession) extends RewindStepListener {
 
   haltAfter.foreach { s =>
     require(
-      Rewind.Steps.contains(s),
-      s"${TestkitConf.HaltAfterRewindStep}=$s: expected one of ${Rewind.Steps.mkString("|")}"
+      Rewind.Steps.contains(s) || Cascade.isStep(s),
+      s"${TestkitConf.HaltAfterRewindStep}=$s: expected one of ${Rewind.Steps.mkString("|")}, " +
+        s"or of a cascade's: ${Cascade.Steps.mkString("|")}, <hop>:<a rewind step>"
     )
   }
 
