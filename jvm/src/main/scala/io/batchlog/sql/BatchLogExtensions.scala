@@ -32,6 +32,9 @@ class BatchLogExtensions extends SparkSessionExtensionsProvider {
     extensions.injectCheckRule(session =>
       plan => if (BatchLogExtensions.definesStream(plan)) HeadStartListener.register(session)
     )
+    // A micro-batch that reads a batchlog sink through Spark's file source stops before it reads
+    // a replayed batch of it.
+    extensions.injectOptimizerRule(FileReaderCheck)
   }
 }
 
