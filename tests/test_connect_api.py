@@ -116,25 +116,46 @@ def test_errors_over_connect_are_batchlog_errors(
         batchlog.rewind(connect_spark, str(tmp_path / "out"), str(tmp_path / "chk"), to_batch=9)
 
 
-def test_downstream_stream_over_connect(connect_spark: ConnectSession, tmp_path: Path) -> None:
-    drop_inputs(tmp_path / "in", {b: batch_rows(b, 3) for b in range(BATCHES)})
-    run_upstream(connect_spark, tmp_path)
-    stream = connect_spark.readStream.format("batchlog").option("maxBatchesPerTrigger", 2)
+def run_downstream(cs: ConnectSession, root: Path) -> None:
+    """The ``batchlog`` source over ``out``, two upstream batches a trigger, to ``down``."""
+    stream = cs.readStream.format("batchlog").option("maxBatchesPerTrigger", 2)
     # a stream infers its schema only where Spark's file sources would
-    connect_spark.conf.set("spark.sql.streaming.schemaInference", "true")
+    cs.conf.set("spark.sql.streaming.schemaInference", "true")
     try:
         q = (
-            stream.load(str(tmp_path / "out"))
+            stream.load(str(root / "out"))
             .writeStream.format("parquet")
-            .option("checkpointLocation", str(tmp_path / "down-chk"))
+            .option("checkpointLocation", str(root / "down-chk"))
             .trigger(availableNow=True)
-            .start(str(tmp_path / "down"))
+            .start(str(root / "down"))
         )
     finally:
-        connect_spark.conf.unset("spark.sql.streaming.schemaInference")
-    await_query(q, tmp_path / "down")
+        cs.conf.unset("spark.sql.streaming.schemaInference")
+    await_query(q, root / "down")
     assert q.exception() is None
+
+
+def test_downstream_stream_over_connect(
+    connect_spark: ConnectSession, spark: SparkSession, tmp_path: Path
+) -> None:
+    drop_inputs(tmp_path / "in", {b: batch_rows(b, 3) for b in range(BATCHES)})
+    run_upstream(connect_spark, tmp_path)
+    run_downstream(connect_spark, tmp_path)
     # two upstream batches a trigger: downstream batches 0, 1, 2
     assert batchlog.SinkLog(connect_spark, str(tmp_path / "down")).batches() == [0, 1, 2]
+    rows = connect_spark.read.parquet(str(tmp_path / "down")).collect()
+    assert ids_of(rows) == expected_ids(range(BATCHES))
+
+    # a pipeline rewind over Connect: the plan py4j gives, then carried out; the downstream
+    # (registered as it started on the server) goes back to its batch 1, which read batch 3
+    out, chk = str(tmp_path / "out"), str(tmp_path / "chk")
+    plan = batchlog.cascade_action(connect_spark, out, chk, 3).plan()
+    assert plan == batchlog.cascade_action(spark, out, chk, 3).plan()
+    assert [(h.kind, h.to_batch) for h in plan.hops] == [("root", 3), ("batchlog", 1)]
+    done = batchlog.rewind(connect_spark, out, chk, to_batch=3, cascade=True)
+    assert done.results is not None and [r.to_batch for r in done.results if r] == [3, 1]
+    run_downstream(connect_spark, tmp_path)  # before its upstream: it waits, reads nothing
+    run_upstream(connect_spark, tmp_path)
+    run_downstream(connect_spark, tmp_path)
     rows = connect_spark.read.parquet(str(tmp_path / "down")).collect()
     assert ids_of(rows) == expected_ids(range(BATCHES))

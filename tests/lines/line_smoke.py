@@ -414,6 +414,42 @@ def main(workdir: Path, maven_repo: Path) -> None:
         assert '"healthy":true' in report
 
     step("the batchlog data source (read, stream) and its SQL", source_and_sql)
+
+    def cascade() -> None:
+        down_out, down_chk = workdir / "down-out", workdir / "down-chk"
+        side_out, side_chk = workdir / "side-out", workdir / "side-chk"
+
+        def stream(frame: Any, target: Path, checkpoint: Path) -> None:
+            q = (
+                frame.writeStream.format("parquet")
+                .option("checkpointLocation", str(checkpoint))
+                .trigger(availableNow=True)
+                .start(str(target))
+            )
+            assert q.awaitTermination(300) is not False and q.exception() is None
+
+        def down() -> None:
+            frame = spark.readStream.format("batchlog").option("maxBatchesPerTrigger", 3)
+            stream(frame.load(str(out)), down_out, down_chk)
+
+        def side() -> None:
+            frame = spark.readStream.schema("id LONG, batch LONG, country STRING")
+            stream(frame.parquet(str(out)), side_out, side_chk)
+
+        side()  # Spark's file source over the sink: all 8 batches in its batch 0
+        new_chk = str(workdir / "chk-new")  # the sink's owner since the takeover, from batch 7
+        report = batchlog.rewind(spark, str(out), new_chk, BATCHES, cascade=True, quiet=True)
+        # the batchlog source read 0-2, 3-5, 6-7: its batch 2 read batch 7
+        hops = sorted((Path(local(h.checkpoint)).name, h.to_batch) for h in report.hops)
+        assert hops == [("chk-new", BATCHES), ("down-chk", 2), ("side-chk", 0)], hops
+        down()  # before its upstream: nothing to read yet
+        assert run_query(spark, inbox, out, Path(new_chk), stateful=False) == [BATCHES]
+        down()
+        side()
+        assert read_plain(down_out) == expected(range(BATCHES + 1))
+        assert read_plain(side_out) == expected(range(BATCHES + 1))
+
+    step("rewind --cascade: the sink, a batchlog-source reader, a file-source reader", cascade)
     spark.stop()
     stop_plain_reader()
 
