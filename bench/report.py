@@ -203,6 +203,12 @@ def judge(fig: Figures) -> list[Line]:
             5,
             "s",
         )
+    below(
+        "cascade dry run, 3 hops of 1,000 batches",
+        get("cascade dry run, 3 hops (1,000 batches each)", "batchlog"),
+        5,
+        "s",
+    )
     judge_lookups(fig, lines, ratio, below)
     replayed = get("replay after rewind: rows exactly once", "batchlog")
     if replayed is not None:

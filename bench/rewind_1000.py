@@ -36,6 +36,31 @@ def spread(xs: list[float]) -> str:
     return f"{(max(xs) / min(xs) - 1) * 100:.0f}%" if len(xs) > 1 and min(xs) > 0 else "-"
 
 
+def write_inbox(inbox: Path, batches: int) -> None:
+    """One JSON input file a batch (8 rows: ids b*10+i, p = i % 4), oldest first by mtime."""
+    inbox.mkdir(parents=True, exist_ok=True)
+    for b in range(batches):
+        f = inbox / f"f{b:05d}.json"
+        f.write_text("\n".join(json.dumps({"id": b * 10 + i, "p": i % 4}) for i in range(8)))
+        os.utime(f, (1_000_000 + b, 1_000_000 + b))
+
+
+def bench_session(batches: int, **conf: str) -> SparkSession:
+    """local[2] with batchlog, every batch of ``batches`` kept rewindable, and ``conf``."""
+    builder = (
+        batchlog.configure(SparkSession.builder)
+        .master("local[2]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.streaming.minBatchesToRetain", str(batches))
+    )
+    for k, v in conf.items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--batches", type=int, default=1000)
@@ -45,20 +70,8 @@ def main() -> None:
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="batchlog-rewind-"))
     inbox, out, chk, snap = root / "in", root / "out", root / "chk", root / "snapshot"
-    inbox.mkdir()
-    for b in range(args.batches):
-        f = inbox / f"f{b:05d}.json"
-        f.write_text("\n".join(json.dumps({"id": b * 10 + i, "p": i % 4}) for i in range(8)))
-        os.utime(f, (1_000_000 + b, 1_000_000 + b))
-    spark = (
-        batchlog.configure(SparkSession.builder)
-        .master("local[2]")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.streaming.minBatchesToRetain", str(args.batches))
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    write_inbox(inbox, args.batches)
+    spark = bench_session(args.batches)
 
     def run() -> float:
         t0 = time.time()
