@@ -117,6 +117,8 @@ NORMALISE: list[tuple[re.Pattern[str], str]] = [
         re.compile(r"done in [\d.]+ s \(deleting (\d+) data files: [\d.]+ s\)"),
         r"done in <s> (\1: <s>)",
     ),
+    # a cascade's elapsed time, before its restart advice
+    (re.compile(r"done in [\d.]+ s\. Restart each hop"), "done in <s>. Restart each hop"),
     (re.compile(r"seen unchanged for \d+ s"), "seen unchanged for <s>"),
     # a lease watch's progress: how far it got at each poll follows the machine's pace (the run
     # of these lines is one line, below)
