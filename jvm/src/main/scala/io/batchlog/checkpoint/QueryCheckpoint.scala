@@ -14,6 +14,7 @@ import io.batchlog.shim.CheckpointFileManager
 
 import io.batchlog.BatchLogException
 import io.batchlog.Compat
+import io.batchlog.log.{JsonField, LogFiles, LogLayout}
 
 /**
  * One entry of a query's offset log, `offsets/N`:
@@ -118,6 +119,31 @@ class QueryCheckpoint(spark: SparkSession, path: String) {
   def sourceIndexes: Seq[Int] = numericNames(sourcesDir).map(_.toInt)
 
   def sourceDir(i: Int): Path = new Path(sourcesDir, i.toString)
+
+  /**
+   * Every file the file source `i` logged, with the log offset (its `batchId`) that listed it: its
+   * latest compact file and the files after it, as Spark's `FileStreamSourceLog` reads them. With
+   * `skipVanished`, a log file deleted between the listing and its read (Spark's cleanup after a
+   * compaction) is skipped; else it fails naming the file.
+   */
+  def foreachSourceFile(i: Int, skipVanished: Boolean = false)(fn: (String, Long) => Unit): Unit = {
+    val dir = sourceDir(i)
+    val compacts = LogLayout.compactIds(fm, dir)
+    val from = compacts.headOption.getOrElse(-1L)
+    LogLayout.listIds(fm, dir).filter(_ >= from).foreach { id =>
+      val file = new Path(dir, LogLayout.fileName(id, compacts.contains(id)))
+      try {
+        LogFiles.foreachLine(fm, file, "it is the file source's log") { (line, _) =>
+          for {
+            path <- JsonField.string(line, "path")
+            offset <- JsonField.long(line, "batchId").orElse(Some(id))
+          } fn(path, offset)
+        }
+      } catch {
+        case _: BatchLogException if skipVanished && !fm.exists(file) =>
+      }
+    }
+  }
 
   /** Names in a directory that are plain numbers (log files), ascending; none if it is absent. */
   def numericNames(dir: Path): Seq[Long] =

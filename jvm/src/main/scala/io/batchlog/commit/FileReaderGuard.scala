@@ -12,15 +12,7 @@ import org.apache.spark.sql.SparkSession
 
 import io.batchlog.BatchLogException
 import io.batchlog.checkpoint.QueryCheckpoint
-import io.batchlog.log.{
-  BatchTaggedFileStreamSinkLog,
-  DataFileNaming,
-  JsonField,
-  LogFiles,
-  LogLayout,
-  SinkReaders,
-  SinkRecord
-}
+import io.batchlog.log.{BatchTaggedFileStreamSinkLog, DataFileNaming, SinkReaders, SinkRecord}
 import io.batchlog.shim.CheckpointFileManager
 
 /**
@@ -160,24 +152,13 @@ object FileReaderGuard extends Logging {
     val files = mutable.HashSet.empty[String]
     mine.foreach { r =>
       val cp = new QueryCheckpoint(spark, r.checkpoint)
-      val dir = cp.sourceDir(r.sourceIndex)
-      val compacts = LogLayout.compactIds(cp.fm, dir)
-      val from = compacts.headOption.getOrElse(-1L)
-      LogLayout.listIds(cp.fm, dir).filter(_ >= from).foreach { id =>
-        val file = new Path(dir, LogLayout.fileName(id, compacts.contains(id)))
-        try {
-          LogFiles.foreachLine(cp.fm, file, "it is the file source's log") { (line, _) =>
-            JsonField.string(line, "path").map(p => new Path(p).toUri.getPath).foreach { p =>
-              if (p.startsWith(inside) && !current.contains(p)) {
-                DataFileNaming.batchIdOf(p).foreach { b =>
-                  if (b > newest) { newest = b; files.clear() }
-                  if (b == newest) files += p
-                }
-              }
-            }
+      cp.foreachSourceFile(r.sourceIndex, skipVanished = true) { (logged, _) =>
+        val p = new Path(logged).toUri.getPath
+        if (p.startsWith(inside) && !current.contains(p)) {
+          DataFileNaming.batchIdOf(p).foreach { b =>
+            if (b > newest) { newest = b; files.clear() }
+            if (b == newest) files += p
           }
-        } catch {
-          case _: BatchLogException if !cp.fm.exists(file) => // compacted away meanwhile
         }
       }
     }

@@ -15,9 +15,6 @@ import io.batchlog.log.{
   CascadeHopTarget,
   CascadeIntent,
   DataFileNaming,
-  JsonField,
-  LogFiles,
-  LogLayout,
   RewindIntent,
   SinkReaders
 }
@@ -343,7 +340,7 @@ object Cascade {
           } else None
         case None =>
           var hit = false
-          foreachSourceFile(cp, i) { (path, _) =>
+          cp.foreachSourceFile(i) { (path, _) =>
             if (!hit && new Path(path).toUri.getPath.startsWith(inside)) hit = true
           }
           if (hit) Some(i -> SinkReaders.KindFile) else None
@@ -374,7 +371,7 @@ object Cascade {
       else {
         val inside = upstream.toUri.getPath.stripSuffix("/") + "/"
         var first = Long.MaxValue
-        foreachSourceFile(cp, i) { (path, logOffset) =>
+        cp.foreachSourceFile(i) { (path, logOffset) =>
           if (
             logOffset < first && new Path(path).toUri.getPath.startsWith(inside) &&
             DataFileNaming.batchIdOf(path).exists(_ >= from)
@@ -390,27 +387,6 @@ object Cascade {
         if (reached(ids(mid)).exists(_ >= k)) hi = mid else lo = mid + 1
       }
       ids.lift(lo)
-    }
-  }
-
-  /**
-   * Every file the file source `i` of `cp` logged, with the log offset (its `batchId`) that listed
-   * it: its latest compact file and the files after it, as Spark's `FileStreamSourceLog` reads
-   * them.
-   */
-  private def foreachSourceFile(cp: QueryCheckpoint, i: Int)(fn: (String, Long) => Unit): Unit = {
-    val dir = cp.sourceDir(i)
-    val ids = LogLayout.listIds(cp.fm, dir)
-    val compacts = LogLayout.compactIds(cp.fm, dir)
-    val from = compacts.headOption.getOrElse(-1L)
-    ids.filter(_ >= from).foreach { id =>
-      val file = new Path(dir, LogLayout.fileName(id, compacts.contains(id)))
-      LogFiles.foreachLine(cp.fm, file, "it is the file source's log") { (line, _) =>
-        for {
-          path <- JsonField.string(line, "path")
-          offset <- JsonField.long(line, "batchId").orElse(Some(id))
-        } fn(path, offset)
-      }
     }
   }
 
