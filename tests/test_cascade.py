@@ -12,6 +12,7 @@ batches before and after the rewound ones.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -340,29 +341,71 @@ def test_a_live_writer_on_any_hop_refuses_the_whole_cascade(
     assert all("/gold" in k or "_readers" in k for k in changed), sorted(changed)
 
 
+def named_command(error: BaseException) -> list[str]:
+    """The CLI command an ``UPSTREAM_REWOUND`` error names (``python -m batchlog ...``), as
+    arguments."""
+    m = re.search(r"`python -m batchlog (rewind [^`]*--cascade)`", str(error))
+    assert m, str(error)
+    return m.group(1).split()
+
+
 def test_a_file_source_reader_stops_before_a_replayed_batch_and_one_command_fixes_it(
     spark: SparkSession, pipeline: Pipeline, reference: dict
 ) -> None:
-    """Bronze alone rewound and re-run: Spark's file source would take the replayed files for
-    new ones (the side reader's rows of bronze 4 and 5 counted twice, no error). It stops first,
-    naming the cascade; the cascade from the same batch then fixes every hop."""
+    """Bronze alone rewound (no cascade) and re-run: Spark's file source would take the replayed
+    files for new ones (the side reader's rows of bronze 4 and 5 counted twice, no error). It
+    stops first, and so does silver; each error names the one command that rewinds that query
+    and everything below it from its own first batch that read a rewound batch, bronze left as
+    it is. Run as named, the pipeline comes out exact."""
     p = pipeline
     batchlog.rewind(spark, p.out("bronze"), p.chk("bronze"), K, quiet=True)
     bronze(spark, p, fixed=True)
+    bronze_files = sorted(f.name for f in p.path("bronze").glob("part-*"))
     side_rows = rows(spark, p.out("side"))
-    with pytest.raises(StreamingQueryException) as e:
+    want = expected_hops(p)
+    with pytest.raises(StreamingQueryException) as side_error:
         side(spark, p)
-    assert "UPSTREAM_REWOUND" in str(e.value) or "was rewritten" in str(e.value), str(e.value)
-    assert "--cascade" in str(e.value)
+    assert "was rewritten" in str(side_error.value), str(side_error.value)
     assert rows(spark, p.out("side")) == side_rows  # nothing read twice
-    with pytest.raises(StreamingQueryException, match="--cascade"):  # nor by the batchlog source
+    with pytest.raises(StreamingQueryException) as silver_error:  # nor by the batchlog source
         silver(spark, p)
 
-    want = expected_hops(p)
-    report = batchlog.rewind(
-        spark, p.out("bronze"), p.chk("bronze"), to_batch=K, cascade=True, quiet=True
+    def paths(fix: list[str]) -> list[str]:
+        return [a.removeprefix("file:") for a in fix]
+
+    side_fix = named_command(side_error.value)
+    assert paths(side_fix)[1:] == [
+        p.out("side"),
+        "--checkpoint",
+        p.chk("side"),
+        "--to-batch",
+        str(want["side"]),
+        "--cascade",
+    ]
+    silver_fix = named_command(silver_error.value)
+    assert paths(silver_fix)[1:6] == [
+        p.out("silver"),
+        "--checkpoint",
+        p.chk("silver"),
+        "--to-batch",
+        str(want["silver"]),
+    ]
+    # the side reader's first batch is planned anew from the batch before (its offsets/N named
+    # files the rewind deleted), not replayed counting on Spark to skip missing files
+    plan = (
+        batchlog.rewind(
+            spark, p.out("side"), p.chk("side"), want["side"], cascade=True, dry_run=True
+        )
+        .hops[0]
+        .plan
     )
-    assert hop_batches(report.plan, p) == want
-    restart_all(spark, p, ["side", "silver", "gold", "bronze"])
+    assert plan is not None and want["side"] in plan.offsets_to_delete
+    assert [c.keep_up_to for c in plan.source_logs] == [want["side"] - 1]
+    for fix in (silver_fix, side_fix):
+        r = cli_here(spark, *fix)
+        assert r.returncode == 0, r.stderr + r.stdout
+    # gold, below silver, was rewound with it; bronze was not touched again
+    assert sorted(f.name for f in p.path("bronze").glob("part-*")) == bronze_files
+    restart_all(spark, p, ["gold", "side", "silver"])
     for hop in HOPS:
         assert rows(spark, p.out(hop)) == reference[hop], hop

@@ -379,22 +379,38 @@ object BatchLogException {
     )
 
   /**
-   * A downstream query reading a sink by batch (`readStream.format("batchlog")`) consumed batch
-   * `consumed`, which the sink no longer holds as it was read: the sink was rewound.
+   * A downstream query reading a sink (`readStream.format("batchlog")`, or Spark's file source with
+   * batchlog's extension) consumed batch `consumed`, which the sink no longer holds as it was read:
+   * the sink was rewound. `fix`, when the query writes a file sink: its sink, its checkpoint and
+   * its first batch that read a rewound batch, from which one cascade rewinds it and every query
+   * downstream of it (the upstream, already rewound, is left as it is).
    */
-  def upstreamRewound(sink: String, consumed: Long, latest: Long): BatchLogException =
+  def upstreamRewound(
+      sink: String,
+      consumed: Long,
+      latest: Long,
+      fix: Option[(String, String, Long)] = None
+  ): BatchLogException =
     new BatchLogException(
       UpstreamRewound,
       s"This query read the sink $sink up to its batch $consumed, but that batch " +
         (if (latest < consumed) s"is gone: the sink was rewound (its latest batch is now $latest)"
          else "was rewritten: the sink was rewound and its batches written again") +
         ". Rows this query already emitted from the rewound batches would be counted twice or " +
-        "lost, so it stops. Rewind the pipeline from that sink, this query included, with one " +
-        s"command: `python -m batchlog rewind $sink --checkpoint <the upstream query's " +
-        "checkpoint> --to-batch N --cascade` (N: the batch the upstream was rewound to; each " +
-        "downstream query goes back to its first batch that read a rewound batch), then " +
-        "restart the queries; or restart this one from a new checkpoint with option " +
-        "startingBatch set to the first upstream batch to read."
+        "lost, so it stops. " + (fix match {
+          case Some((ownSink, checkpoint, batch)) =>
+            s"Its batch $batch is the first that read a rewound batch. Rewind it and every query " +
+              s"downstream of it with one command: `python -m batchlog rewind $ownSink " +
+              s"--checkpoint $checkpoint --to-batch $batch --cascade` (add --dry-run to see the " +
+              "plan first), then restart the queries."
+          case None =>
+            "Rewind the pipeline from that sink, this query included, with one command: " +
+              s"`python -m batchlog rewind $sink --checkpoint <the upstream query's checkpoint> " +
+              "--to-batch N --cascade` (N: the batch the upstream was rewound to; each " +
+              "downstream query goes back to its first batch that read a rewound batch), then " +
+              "restart the queries; or restart this one from a new checkpoint with option " +
+              "startingBatch set to the first upstream batch to read."
+        })
     )
 
   /**

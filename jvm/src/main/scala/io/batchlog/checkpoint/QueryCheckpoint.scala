@@ -14,7 +14,7 @@ import io.batchlog.shim.CheckpointFileManager
 
 import io.batchlog.BatchLogException
 import io.batchlog.Compat
-import io.batchlog.log.{JsonField, LogFiles, LogLayout}
+import io.batchlog.log.{DataFileNaming, JsonField, LogFiles, LogLayout, SinkReaders}
 
 /**
  * One entry of a query's offset log, `offsets/N`:
@@ -144,6 +144,46 @@ class QueryCheckpoint(spark: SparkSession, path: String) {
       }
     }
   }
+
+  /**
+   * The first retained batch (an `offsets/N`) for which `p` holds, `p` being false up to some batch
+   * and true from it on; None if it holds for none. Halves the retained `offsets/`.
+   */
+  def firstBatchWhere(p: Long => Boolean): Option[Long] = {
+    val ids = offsetIds.toIndexedSeq
+    var (lo, hi) = (0, ids.length) // the first index where p holds is in [lo, hi]
+    while (lo < hi) {
+      val mid = (lo + hi) >>> 1
+      if (p(ids(mid))) hi = mid else lo = mid + 1
+    }
+    ids.lift(lo)
+  }
+
+  /**
+   * The first batch of this query whose source `i` (`kind`: [[SinkReaders.KindBatchlog]] or
+   * [[SinkReaders.KindFile]]) read batch `from` or later of the batchlog sink `upstream`; None if
+   * none did. A `batchlog` source records in `offsets/N` the upstream batch it read up to; a file
+   * source's log names the files each of its log offsets listed, and their batch-tagged names say
+   * which upstream batch wrote them.
+   */
+  def firstBatchReading(i: Int, kind: String, upstream: Path, from: Long): Option[Long] =
+    if (kind == SinkReaders.KindBatchlog) {
+      firstBatchWhere { n =>
+        offsets(n).sourceOffsets.lift(i).flatten.flatMap(BatchLogOffset.parse)
+          .exists(_.batchId >= from)
+      }
+    } else {
+      val inside = upstream.toUri.getPath.stripSuffix("/") + "/"
+      var first = Long.MaxValue
+      foreachSourceFile(i) { (path, logOffset) =>
+        if (
+          logOffset < first && new Path(path).toUri.getPath.startsWith(inside) &&
+          DataFileNaming.batchIdOf(path).exists(_ >= from)
+        ) first = logOffset
+      }
+      if (first == Long.MaxValue) None
+      else firstBatchWhere(n => offsets(n).fileSourceLogOffset(i).exists(_ >= first))
+    }
 
   /** Names in a directory that are plain numbers (log files), ascending; none if it is absent. */
   def numericNames(dir: Path): Seq[Long] =

@@ -100,16 +100,19 @@ object FileReaderGuard extends Logging {
       reads.put(key, before)
       return
     }
-    if (now.exists(_._2 <= before.newest) && !stillLogged(spark, sink, before)) {
+    if (now.exists(_._2 <= before.newest)) {
       val log = new BatchTaggedFileStreamSinkLog(
         spark,
         BatchTaggedFileStreamSinkLog.metadataPathOf(spark, sink.toString).toString
       )
-      throw BatchLogException.upstreamRewound(
-        sink.toString,
-        before.newest,
-        log.getLatestBatchId().getOrElse(-1L)
-      )
+      if (!stillLogged(log, before)) {
+        throw BatchLogException.upstreamRewound(
+          sink.toString,
+          before.newest,
+          log.getLatestBatchId().getOrElse(-1L),
+          rewoundFix(spark, queryId, sink, names)
+        )
+      }
     }
     val newest = math.max(before.newest, now.map(_._2).max)
     val files = now.filter(_._2 == newest).map(_._1.toUri.getPath).toSet ++
@@ -117,18 +120,76 @@ object FileReaderGuard extends Logging {
     reads.put(key, Read(tracked = true, newest, files, names))
   }
 
-  /** True if the files of batch `read.newest` the query read are still that batch's in the log. */
-  private def stillLogged(spark: SparkSession, sink: Path, read: Read): Boolean = {
-    val log = new BatchTaggedFileStreamSinkLog(
-      spark,
-      BatchTaggedFileStreamSinkLog.metadataPathOf(spark, sink.toString).toString
-    )
+  /** True if the files of batch `read.newest` the query read are still that batch's in `log`. */
+  private def stillLogged(log: BatchTaggedFileStreamSinkLog, read: Read): Boolean = {
     val live = mutable.HashSet.empty[String]
     log.foreachLiveEntryWithin(read.newest, read.newest)(_.contains(read.newest)) { e =>
       live += new Path(e.path).toUri.getPath
     }
     read.files.forall(live.contains)
   }
+
+  /**
+   * The query's way out, if it writes a file sink (its reader records name it): that sink, its
+   * checkpoint and its first batch that read a file the rewind deleted. Which upstream batches were
+   * rewound is told by the files the query read before this batch (`current` excluded): one of each
+   * batch, checked for existence from the newest down; the rewind deleted every batch from its
+   * target on, so the first one gone is found by halving.
+   */
+  private def rewoundFix(
+      spark: SparkSession,
+      queryId: String,
+      sink: Path,
+      current: Set[String]
+  ): Option[(String, String, Long)] =
+    try {
+      val hadoopConf = spark.sessionState.newHadoopConf()
+      val meta = BatchTaggedFileStreamSinkLog.metadataPathOf(spark, sink.toString)
+      val fs = sink.getFileSystem(hadoopConf)
+      val inside = sink.toUri.getPath.stripSuffix("/") + "/"
+      val fixes = SinkReaders.list(CheckpointFileManager.create(meta, hadoopConf), meta)
+        .filter(r => r.queryId == queryId && r.kind == SinkReaders.KindFile).flatMap { r =>
+          val cp = new QueryCheckpoint(spark, r.checkpoint)
+          val oneOf = mutable.HashMap.empty[Long, String]
+          cp.foreachSourceFile(r.sourceIndex, skipVanished = true) { (logged, _) =>
+            val p = new Path(logged)
+            if (p.toUri.getPath.startsWith(inside) && !current.contains(p.toUri.getPath)) {
+              DataFileNaming.batchIdOf(p.getName).foreach(b => oneOf.getOrElseUpdate(b, logged))
+            }
+          }
+          val batches = oneOf.keys.toIndexedSeq.sorted
+          val rewound = firstGone(batches.length, k => !fs.exists(new Path(oneOf(batches(k)))))
+          for {
+            s <- r.sink
+            k <- rewound
+            b <- cp.firstBatchReading(r.sourceIndex, r.kind, sink, batches(k))
+          } yield (s, cp.root.toString, b)
+        }
+      fixes.sortBy(_._3).headOption
+    } catch {
+      case NonFatal(e) =>
+        logWarning(s"batchlog could not tell where to rewind query $queryId, a reader of $sink", e)
+        None
+    }
+
+  /**
+   * The first index `k` of `0 until n` from which `gone` holds for every index, if the last one is
+   * gone: steps down from the last by doubling strides to one that is not gone, then halves.
+   */
+  private[batchlog] def firstGone(n: Int, gone: Int => Boolean): Option[Int] =
+    if (n == 0 || !gone(n - 1)) None
+    else {
+      var top = n - 1 // gone
+      var stride = 1
+      var below = top - stride
+      while (below >= 0 && gone(below)) { top = below; stride *= 2; below = top - stride }
+      var (lo, hi) = (math.max(below, -1) + 1, top) // the first gone index is in [lo, hi]
+      while (lo < hi) {
+        val mid = (lo + hi) >>> 1
+        if (gone(mid)) hi = mid else lo = mid + 1
+      }
+      Some(lo)
+    }
 
   /**
    * What the query `queryId` read of `sink` before this batch: from the file-source logs of its

@@ -14,7 +14,6 @@ import io.batchlog.log.{
   BatchTaggedFileStreamSinkLog,
   CascadeHopTarget,
   CascadeIntent,
-  DataFileNaming,
   RewindIntent,
   SinkReaders
 }
@@ -273,7 +272,7 @@ object Cascade {
                 .filter(i => i.finishWith.isDefined && i.checkpoint == c.root.toString)
                 .map(_.toBatch)
             }
-            val first = firstBatchReading(c, r.sourceIndex, r.kind, upSink, up.toBatch)
+            val first = c.firstBatchReading(r.sourceIndex, r.kind, upSink, up.toBatch)
             (first ++ begun).reduceOption(_ min _) match {
               case None =>
                 skip(s"it read no batch of ${upSink} from ${up.toBatch} on")
@@ -345,48 +344,6 @@ object Cascade {
           }
           if (hit) Some(i -> SinkReaders.KindFile) else None
       }
-    }
-  }
-
-  /**
-   * The first batch of the query of `cp` whose source `i` read batch `from` or later of the sink
-   * `upstream`; None if none did. Offsets grow with the batch id, so the search halves the retained
-   * `offsets/` (a file-source reader first finds, in its source log, the first log offset that
-   * lists such a file).
-   */
-  private[ops] def firstBatchReading(
-      cp: QueryCheckpoint,
-      i: Int,
-      kind: String,
-      upstream: Path,
-      from: Long
-  ): Option[Long] = {
-    val reached: Long => Option[Long] =
-      if (kind == SinkReaders.KindBatchlog) {
-        n =>
-          cp.offsets(n).sourceOffsets.lift(i).flatten.flatMap(BatchLogOffset.parse).map(_.batchId)
-      } else n => cp.offsets(n).fileSourceLogOffset(i)
-    val threshold =
-      if (kind == SinkReaders.KindBatchlog) Some(from)
-      else {
-        val inside = upstream.toUri.getPath.stripSuffix("/") + "/"
-        var first = Long.MaxValue
-        cp.foreachSourceFile(i) { (path, logOffset) =>
-          if (
-            logOffset < first && new Path(path).toUri.getPath.startsWith(inside) &&
-            DataFileNaming.batchIdOf(path).exists(_ >= from)
-          ) first = logOffset
-        }
-        if (first == Long.MaxValue) None else Some(first)
-      }
-    threshold.flatMap { k =>
-      val ids = cp.offsetIds.toIndexedSeq
-      var (lo, hi) = (0, ids.length) // the first index whose offset reaches k is in [lo, hi]
-      while (lo < hi) {
-        val mid = (lo + hi) >>> 1
-        if (reached(ids(mid)).exists(_ >= k)) hi = mid else lo = mid + 1
-      }
-      ids.lift(lo)
     }
   }
 

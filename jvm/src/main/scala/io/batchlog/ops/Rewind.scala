@@ -9,7 +9,13 @@ import org.apache.spark.sql.SparkSession
 import io.batchlog.shim.CheckpointFileManager
 
 import io.batchlog.{BatchLogConf, BatchLogException}
-import io.batchlog.checkpoint.{QueryCheckpoint, StateFiles, StateMaintenance, StrayBatches}
+import io.batchlog.checkpoint.{
+  OffsetsEntry,
+  QueryCheckpoint,
+  StateFiles,
+  StateMaintenance,
+  StrayBatches
+}
 import io.batchlog.log.{
   BatchTaggedFileStreamSinkLog,
   DataFileNaming,
@@ -28,10 +34,12 @@ import io.batchlog.log.{
  * For the sink: every data file written by a batch >= N is deleted (in parallel), and the
  * batch-tagged log is cut back to batch N-1 ([[LogTruncation]]), after which the sink accepts batch
  * N again. For the checkpoint (facts in the project notes on checkpoint rewind): `offsets/` keeps N
- * (exact replay; but N-1 for a query reading only `batchlog` sources, whose batch N is planned anew
- * from its upstream's current batches), `commits/` keeps N-1, each file source's log under
- * `sources/<i>/` is cut back to the log offset recorded in `offsets/N` (else its files would never
- * be read again), and every state store version above N is deleted (all of `state/` for N = 0).
+ * (exact replay; but N-1, so that batch N is planned anew, for a query reading only `batchlog`
+ * sources, for a hop of a cascade, and for a query whose file sources' batch N listed files of a
+ * batchlog sink that are gone: its input changed upstream), `commits/` keeps N-1, each file
+ * source's log under `sources/<i>/` is cut back to the log offset recorded in `offsets/N` (else its
+ * files would never be read again), and every state store version above N is deleted (all of
+ * `state/` for N = 0).
  *
  * Crash safety: an intent record ([[RewindIntent]]) is written first and removed last. The steps
  * are ordered so that re-planning from what is on disk finishes the job (data files are deleted
@@ -187,7 +195,9 @@ object Rewind {
     } else None
     // Batch N planned anew (its input changed upstream): the file sources' logs keep the entries
     // batch N-1 had read, none for N = 0, so they list their directory again.
-    val replanned = atN.isDefined && (replan || atN.exists(_.readsOnlyBatchLogSources))
+    val replanned = atN.exists { entry =>
+      replan || entry.readsOnlyBatchLogSources || inputRewound(cp, toBatch, entry, hadoopConf)
+    }
     val cutAt: Option[Int => Option[Long]] = atN.map { entry =>
       if (!replanned) entry.fileSourceLogOffset(_)
       else if (toBatch == 0) (_: Int) => Some(-1L)
@@ -454,6 +464,34 @@ object Rewind {
 
     /** The intent removed: the sink takes writes again. */
     def done(): Unit = step("done")(RewindIntent.delete(sinkFm, plan.metadataPath))
+  }
+
+  /**
+   * True if a file source of batch `n` (`atN`, its `offsets/N`) listed a batch-tagged file, one a
+   * batchlog sink wrote, that is gone: that sink was rewound (or vacuumed) under this query, so
+   * batch `n` cannot run again as it was planned. It is re-planned, instead of counting on Spark to
+   * skip the missing files without a word.
+   */
+  private def inputRewound(
+      cp: QueryCheckpoint,
+      n: Long,
+      atN: OffsetsEntry,
+      hadoopConf: org.apache.hadoop.conf.Configuration
+  ): Boolean = {
+    lazy val before = if (n > 0 && cp.offsetIds.contains(n - 1)) Some(cp.offsets(n - 1)) else None
+    cp.sourceIndexes.exists { i =>
+      atN.fileSourceLogOffset(i).exists { k =>
+        val from = before.flatMap(_.fileSourceLogOffset(i)).getOrElse(-1L)
+        val read = mutable.ArrayBuffer.empty[Path]
+        cp.foreachSourceFile(i) { (logged, offset) =>
+          val p = SparkPath.fromUrlString(logged).toPath
+          if (offset > from && offset <= k && DataFileNaming.batchIdOf(p.getName).isDefined) {
+            read += p
+          }
+        }
+        read.exists(p => !p.getFileSystem(hadoopConf).exists(p))
+      }
+    }
   }
 
   private def refuseIfActive(spark: SparkSession, sink: Path): Unit = {

@@ -2,6 +2,8 @@ package io.batchlog.source
 
 import java.util.Locale
 
+import scala.util.control.NonFatal
+
 import org.apache.hadoop.fs.Path
 
 import org.apache.spark.internal.Logging
@@ -17,7 +19,8 @@ import org.apache.spark.sql.types.StructType
 
 import io.batchlog.BatchLogException
 import io.batchlog.checkpoint.{BatchLogOffset, QueryCheckpoint}
-import io.batchlog.log.SinkLogEntry
+import io.batchlog.log.{SinkLogEntry, SinkReaders}
+import io.batchlog.shim.CheckpointFileManager
 import io.batchlog.ops.Horizon
 
 /**
@@ -124,25 +127,61 @@ final class BatchLogSource(
     }
 
   /**
-   * Fails unless the upstream still holds what this query read up to `o`: batch `o.filesBatch` with
-   * the same files, and no files in the batches after it up to `o.batchId`. A rewind deletes and
-   * rewrites batches under new file names, so any rewind of a batch this query read changes one of
-   * these (a rewound batch that had no files and has none again changes nothing read).
+   * Fails unless the upstream still holds what this query read up to `o` ([[intact]]), naming the
+   * query's first batch that read a rewound batch and the cascade that rewinds it ([[rewoundFix]]).
    */
   private def requireIntact(o: BatchLogOffset, known: Map[Long, Seq[SinkLogEntry]]): Unit =
-    if (o.batchId >= 0) {
+    if (!intact(o, known)) {
+      val latest = sink.log.getLatestBatchId().getOrElse(-1L)
+      throw BatchLogException.upstreamRewound(sink.root.toString, o.batchId, latest, rewoundFix())
+    }
+
+  /**
+   * True if the upstream still holds what this query read up to `o`: batch `o.filesBatch` with the
+   * same files, and no files in the batches after it up to `o.batchId`. A rewind deletes and
+   * rewrites batches under new file names, so any rewind of a batch this query read changes one of
+   * these (a rewound batch that had no files and has none again changes nothing read). `known`:
+   * entries already read now.
+   */
+  private def intact(o: BatchLogOffset, known: Map[Long, Seq[SinkLogEntry]]): Boolean =
+    o.batchId < 0 || {
       val latest = sink.log.getLatestBatchId().getOrElse(-1L)
       // batches below the retention watermark were dropped after this query read them: what
       // is left above it is checked
       val retained = sink.retainedFrom()
       val lo = math.max(math.max(o.filesBatch, 0L), retained)
       val now = if (o.batchId > latest) None else Some(known ++ entriesOf(lo, o.batchId))
-      val intact = now.exists { byBatch =>
+      now.exists { byBatch =>
         val f = if (o.filesBatch < 0) Nil else byBatch.getOrElse(o.filesBatch, Nil)
         (o.filesBatch < retained || fingerprintOf(f) == o.fingerprint) &&
         (lo to o.batchId).forall(b => b == o.filesBatch || byBatch(b).isEmpty)
       }
-      if (!intact) throw BatchLogException.upstreamRewound(sink.root.toString, o.batchId, latest)
+    }
+
+  /**
+   * This query's way out of an upstream rewind, if it writes a file sink: that sink (from its
+   * reader record), its checkpoint and its first batch whose offset the upstream no longer holds as
+   * read. Once one batch's read is rewound every later one's is (a rewind rewrites every batch from
+   * its target on), so the search halves the retained `offsets/`.
+   */
+  private def rewoundFix(): Option[(String, String, Long)] =
+    try {
+      val cp = new QueryCheckpoint(spark, new Path(metadataPath).getParent.getParent.toString)
+      val i = new Path(metadataPath).getName.toInt
+      val fm = CheckpointFileManager.create(sink.metadataPath, spark.sessionState.newHadoopConf())
+      val own = SinkReaders.list(fm, sink.metadataPath)
+        .find(r => r.queryId == cp.queryId && r.sourceIndex == i).flatMap(_.sink)
+      val first = own.flatMap { _ =>
+        cp.firstBatchWhere { n =>
+          cp.offsets(n).sourceOffsets.lift(i).flatten.flatMap(BatchLogOffset.parse)
+            .exists(o => !intact(o, Map.empty))
+        }
+      }
+      for (s <- own; b <- first) yield (s, cp.root.toString, b)
+    } catch {
+      case NonFatal(e) =>
+        logWarning(s"batchlog could not tell where to rewind the query of $metadataPath", e)
+        None
     }
 
   override def getDefaultReadLimit: ReadLimit = ReadLimit.allAvailable()
