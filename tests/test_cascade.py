@@ -289,7 +289,9 @@ def test_the_sql_statement_and_the_python_api_give_the_same_plan(
 
 
 @pytest.mark.parametrize(
-    "step", ["cascade-intent", "1:fence", "0:sink-log", "2:data-files", "cascade-done", "2:done"]
+    "step",
+    ["cascade-intent", "1:fence", "0:sink-log", "2:data-files", "2:offsets", "cascade-done"]
+    + ["2:done"],
 )
 def test_a_cascade_killed_at_a_step_is_finished_by_running_it_again(
     spark: SparkSession, pipeline: Pipeline, reference: dict, step: str
@@ -409,3 +411,73 @@ def test_a_file_source_reader_stops_before_a_replayed_batch_and_one_command_fixe
     restart_all(spark, p, ["gold", "side", "silver"])
     for hop in HOPS:
         assert rows(spark, p.out(hop)) == reference[hop], hop
+
+
+def audit(spark: SparkSession, p: Pipeline, table: dict[int, list[tuple]]) -> None:
+    """A hop that writes no file sink: ``foreachBatch`` over silver (the ``batchlog`` source, one
+    batch a trigger) into ``table``, keyed by batch id, as an idempotent writer would."""
+
+    def write(frame: DataFrame, batch_id: int) -> None:
+        table[batch_id] = sorted(tuple(r) for r in frame.select("id", "payload").collect())
+
+    with sql_conf(spark, **SINK_CONFS, **INFER):
+        q = (
+            spark.readStream.format("batchlog")
+            .option("maxBatchesPerTrigger", 1)
+            .load(p.out("silver"))
+            .writeStream.foreachBatch(write)
+            .option("checkpointLocation", p.chk("audit"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        try:
+            assert q.awaitTermination(300)
+        finally:
+            if q.isActive:
+                q.stop()
+        if q.exception() is not None:
+            raise q.exception()  # type: ignore[misc]
+
+
+def test_a_hop_without_a_file_sink_has_its_checkpoint_rewound(
+    spark: SparkSession, pipeline: Pipeline, reference: dict
+) -> None:
+    """A ``foreachBatch`` reader of silver is a hop too: its checkpoint is rewound to its first
+    batch that read a rewound silver batch, its query is refused while the cascade is unfinished,
+    and after the restarts its batches from there carry exactly the fixed rows."""
+    p = pipeline
+    table: dict[int, list[tuple]] = {}
+    audit(spark, p, table)
+    last = max(table)
+    want = first_read(p.chk("audit"), 2)  # the first audit batch that read silver 2
+
+    args = ["rewind", p.out("bronze"), "--checkpoint", p.chk("bronze"), "--to-batch", str(K)]
+    dry = cli_here(spark, *args, "--cascade", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    line = next(ln for ln in dry.stdout.splitlines() if "(no file sink)" in ln)
+    assert f"to batch {want}: batches {want}..{last} run again" in line, dry.stdout
+    report = batchlog.rewind(
+        spark, p.out("bronze"), p.chk("bronze"), to_batch=K, cascade=True, dry_run=True
+    )
+    hop = next(h for h in report.hops if h.checkpoint.endswith("audit-chk"))
+    assert (hop.sink, hop.plan, hop.kind, hop.to_batch) == (None, None, "batchlog", want)
+    assert hop.checkpoint_rewind is not None and want in hop.checkpoint_rewind.offsets_to_delete
+
+    # killed with every hop cut, before any hop's intent is removed: the audit query, which no
+    # lease guards, is refused by silver's
+    killed = run_cli(*halt_after_rewind_step_confs("cascade-done"), *args, "--cascade")
+    assert killed.returncode != 0
+    with pytest.raises(StreamingQueryException, match="--cascade"):
+        audit(spark, p, table)
+    assert max(table) == last  # it read nothing
+    # run again, it finishes the hops' intents; the audit checkpoint, cut already, is left as it is
+    again = cli_here(spark, *args, "--cascade")
+    assert again.returncode == 0, again.stderr
+    assert "it read no batch" in again.stdout
+
+    # the batches from `want` on run again: an idempotent writer replaces them
+    for b in [b for b in table if b >= want]:
+        del table[b]
+    restart_all(spark, p, ["side", "gold", "bronze", "silver"])
+    audit(spark, p, table)
+    assert sorted(r for rows_ in table.values() for r in rows_) == reference["silver"]

@@ -161,8 +161,9 @@ def _hop_line(h: CascadeHopSummary) -> str:
             how += ", named by --downstream"
     if h.plan is None:
         return (
-            f"(no file sink)  batches {h.to_batch}..{h.last_batch} run again  [{how}]"
-            f"\n    checkpoint {h.checkpoint} (not changed)"
+            f"(no file sink)  to batch {h.to_batch}: batches {h.to_batch}..{h.last_batch} run "
+            f"again, their writes outside batchlog too  [{how}]"
+            f"\n    checkpoint {h.checkpoint} (rewound)"
         )
     p = h.plan
     files = f"{p.data_files} data files ({human_bytes(p.data_bytes)})"
@@ -207,9 +208,12 @@ def cascade_plan(plan: CascadePlanSummary, dry_run: bool) -> None:
 def cascade_result(r: CascadeReport) -> None:
     print()
     for h, res in zip(r.plan.hops, r.results or []):
-        if res is None:
-            print(f"{h.checkpoint}: no file sink, listed only; its batches from {h.to_batch} rerun")
-        else:
+        if h.plan is None:
+            print(
+                f"{h.checkpoint}: checkpoint back to batch {h.to_batch} (no file sink: batches "
+                f"{h.to_batch}..{h.last_batch} write again wherever they write)"
+            )
+        elif res is not None:
             print(
                 f"{h.sink}: back to batch {h.to_batch}, {res.data_files_deleted} data files "
                 f"deleted ({human_bytes(res.data_bytes)})"

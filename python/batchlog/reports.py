@@ -315,12 +315,30 @@ class RewindReport(Report):
 
 
 @dataclasses.dataclass(frozen=True)
+class CheckpointRewindSummary(Report):
+    """The rewind of a cascade's hop that writes no file sink (``foreachBatch``, Kafka, a table):
+    its checkpoint only, batch ``to_batch`` planned anew (``offsets_to_delete`` from it on), its
+    file sources' logs and its state cut back."""
+
+    checkpoint: str
+    to_batch: int
+    offsets_to_delete: list[int]
+    commits_to_delete: list[int]
+    source_logs: list[SourceLogCut]
+    state_files: list[str]
+    state_bytes: int
+    remove_state_dir: bool
+
+
+@dataclasses.dataclass(frozen=True)
 class CascadeHopSummary(Report):
     """One hop of a cascade rewind: the query of ``checkpoint`` (writing the file sink ``sink``,
     if any) goes back to ``to_batch`` because its source ``source_index`` (``kind``: ``batchlog``,
     ``file``, or ``root`` for the sink the cascade starts from) read batch ``upstream_from`` or
     later of ``upstream``. ``plan`` is its own rewind plan; ``None`` for a query writing no file
-    sink, whose batches ``to_batch..last_batch`` run again when it restarts."""
+    sink, whose checkpoint alone is rewound (``checkpoint_rewind``): its batches
+    ``to_batch..last_batch`` run again when it restarts, and what they wrote outside batchlog is
+    written again."""
 
     depth: int
     upstream: str | None
@@ -333,6 +351,7 @@ class CascadeHopSummary(Report):
     to_batch: int
     last_batch: int
     plan: RewindPlanSummary | None
+    checkpoint_rewind: CheckpointRewindSummary | None
 
 
 @dataclasses.dataclass(frozen=True)

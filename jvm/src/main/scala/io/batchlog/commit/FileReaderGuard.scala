@@ -12,7 +12,13 @@ import org.apache.spark.sql.SparkSession
 
 import io.batchlog.BatchLogException
 import io.batchlog.checkpoint.QueryCheckpoint
-import io.batchlog.log.{BatchTaggedFileStreamSinkLog, DataFileNaming, SinkReaders, SinkRecord}
+import io.batchlog.log.{
+  BatchTaggedFileStreamSinkLog,
+  DataFileNaming,
+  RewindIntent,
+  SinkReaders,
+  SinkRecord
+}
 import io.batchlog.shim.CheckpointFileManager
 
 /**
@@ -95,6 +101,17 @@ object FileReaderGuard extends Logging {
   ): Unit = {
     val key = (runId, sink.toString)
     val names = now.map(_._1.toUri.getPath).toSet
+    val meta = BatchTaggedFileStreamSinkLog.metadataPathOf(spark, sink.toString)
+    RewindIntent.read(CheckpointFileManager.create(meta, spark.sessionState.newHadoopConf()), meta)
+      .foreach { i =>
+        throw BatchLogException.rewindInProgress(
+          i.sink,
+          i.toBatch,
+          i.checkpoint,
+          andThen = "restart this query, which reads it",
+          finishWith = i.finishWith
+        )
+      }
     val before = Option(reads.get(key)).getOrElse(history(spark, queryId, sink, names))
     if (!before.tracked || names.subsetOf(before.last)) {
       reads.put(key, before)

@@ -8,12 +8,13 @@ import org.apache.hadoop.fs.Path
 import org.apache.spark.sql.SparkSession
 import io.batchlog.shim.CheckpointFileManager
 
-import io.batchlog.BatchLogException
+import io.batchlog.{BatchLogConf, BatchLogException}
 import io.batchlog.checkpoint.{BatchLogOffset, QueryCheckpoint}
 import io.batchlog.log.{
   BatchTaggedFileStreamSinkLog,
   CascadeHopTarget,
   CascadeIntent,
+  LogTruncation,
   RewindIntent,
   SinkReaders
 }
@@ -42,11 +43,88 @@ object Downstream {
 }
 
 /**
- * A hop of a cascade: its target (who, to which batch, why) and its own rewind plan; `None` for a
- * query that writes no file sink, which is listed only (`lastBatch`: the latest batch it planned,
- * so batches `toBatch..lastBatch` run again when it restarts).
+ * A hop of a cascade: its target (who, to which batch, why) and its own rewind plan, or, for a
+ * query that writes no file sink, its checkpoint's rewind (`lastBatch`: the latest batch it
+ * planned, so batches `toBatch..lastBatch` run again when it restarts).
  */
-final case class CascadeHop(target: CascadeHopTarget, plan: Option[RewindPlan], lastBatch: Long)
+final case class CascadeHop(
+    target: CascadeHopTarget,
+    plan: Option[RewindPlan],
+    checkpointOnly: Option[CheckpointRewindPlan],
+    lastBatch: Long
+)
+
+/**
+ * The rewind of a hop that writes no file sink (`foreachBatch`, Kafka, a table): its checkpoint
+ * only, batch `toBatch` planned anew from `offsets/N-1` (its upstream's batches are new), so its
+ * batches from `toBatch` run again, and what they wrote outside batchlog is written again (a
+ * `foreachBatch` that writes idempotently by batch id must not skip them). No writer lease guards
+ * such a query: stop it first. Its sources refuse to read a sink a cascade has not finished.
+ * `cuts`: its file sources' logs and state ([[Rewind.checkpointCuts]]).
+ */
+final case class CheckpointRewindPlan(
+    checkpoint: Path,
+    toBatch: Long,
+    cuts: (Seq[(Int, LogTruncation)], Seq[(Path, Long)], Boolean),
+    commitsToDelete: Seq[Long],
+    offsetsToDelete: Seq[Long]
+) {
+  def summary: CheckpointRewindSummary = CheckpointRewindSummary(
+    checkpoint.toString,
+    toBatch,
+    offsetsToDelete,
+    commitsToDelete,
+    RewindPlan.sourceLogCuts(cuts._1),
+    cuts._2.map(_._1.toString),
+    cuts._2.map(_._2).sum,
+    cuts._3
+  )
+
+  /** Cuts the checkpoint back, each part a step of `step` ([[Rewind.cutCheckpoint]]). */
+  def apply(spark: SparkSession, progress: Progress, quiet: Boolean)(
+      step: String => (=> Unit) => Unit
+  ): RewindResult = {
+    val start = System.nanoTime()
+    Rewind.cutCheckpoint(
+      spark,
+      checkpoint,
+      toBatch,
+      cuts,
+      commitsToDelete,
+      offsetsToDelete,
+      progress,
+      quiet
+    )(step)
+    RewindResult(toBatch, 0L, 0L, (System.nanoTime() - start) / 1000000, 0L)
+  }
+}
+
+object CheckpointRewindPlan {
+
+  /** Plans the rewind of the checkpoint `checkpoint` to `toBatch`, changing nothing. */
+  def of(spark: SparkSession, checkpoint: String, toBatch: Long): CheckpointRewindPlan = {
+    val cp = new QueryCheckpoint(spark, checkpoint)
+    val offsets = cp.offsetIds
+    val commits = cp.commitIds
+    val horizon = Horizon.ofCheckpoint(offsets, commits)
+    if (toBatch < horizon) {
+      throw BatchLogException.beyondHorizon(
+        toBatch,
+        horizon,
+        s"the checkpoint ${cp.root} keeps offsets and commits from batch ${horizon - 1} only " +
+          s"(${BatchLogConf.MinBatchesToRetainKey})"
+      )
+    }
+    val atN = if (offsets.contains(toBatch)) Some(cp.offsets(toBatch)) else None
+    CheckpointRewindPlan(
+      cp.root,
+      toBatch,
+      Rewind.checkpointCuts(spark, cp, toBatch, atN, replanned = true, offsets),
+      commits.filter(_ >= toBatch).reverse,
+      offsets.filter(_ >= toBatch).reverse
+    )
+  }
+}
 
 /** A reader of a rewound sink that the cascade leaves as it is, and why. */
 final case class CascadeUnaffected(checkpoint: String, upstream: String, why: String)
@@ -85,7 +163,8 @@ final case class CascadePlan(
         t.checkpoint,
         t.toBatch,
         h.lastBatch,
-        h.plan.map(_.summary)
+        h.plan.map(_.summary),
+        h.checkpointOnly.map(_.summary)
       )
     },
     unaffected.map(u => CascadeUnaffectedReader(u.checkpoint, u.upstream, u.why)),
@@ -157,7 +236,9 @@ object Cascade {
       val last = plan.fold(new QueryCheckpoint(spark, t.checkpoint).offsetIds.lastOption)(p =>
         Some(p.offsetsLatest)
       )
-      CascadeHop(t, plan, last.getOrElse(-1L))
+      val checkpointOnly =
+        if (plan.isDefined) None else Some(CheckpointRewindPlan.of(spark, t.checkpoint, t.toBatch))
+      CascadeHop(t, plan, checkpointOnly, last.getOrElse(-1L))
     }
     CascadeIntent.read(fm, meta) match {
       case Some(i) =>
@@ -173,7 +254,7 @@ object Cascade {
       case None =>
         val root = Rewind.plan(spark, sinkPath, checkpointPath, toBatch, force, inCascade = true)
         val (targets, unaffected) = discover(spark, root, downstream)
-        val hops = CascadeHop(targets.head, Some(root), root.offsetsLatest) +:
+        val hops = CascadeHop(targets.head, Some(root), None, root.offsetsLatest) +:
           targets.tail.map(planHop)
         CascadePlan(root.sink, root.checkpoint, toBatch, hops, unaffected, false, command)
     }
@@ -381,7 +462,23 @@ object Cascade {
       h.plan.map(p => new Rewind.Run(spark, p, quiet, Some(plan.command), s => s"$i:$s"))
     }
     runs.foreach(_.foreach(_.begin()))
-    val results = runs.map(_.map(_.cut()))
+    val results = runs.zip(plan.hops).zipWithIndex.map {
+      case ((Some(run), _), _) => Some(run.cut())
+      case ((None, h), i) =>
+        h.checkpointOnly.map { c =>
+          c(spark, progress, quiet) { name => body =>
+            try body
+            catch {
+              case e: BatchLogException =>
+                throw e.withOutcome(
+                  s"The pipeline rewind stopped in the step '$i:$name' of the checkpoint " +
+                    s"${c.checkpoint} and is unfinished. Re-run `${plan.command}` to finish it."
+                )
+            }
+            note(s"$i:$name")
+          }
+        }
+    }
     CascadeIntent.delete(fm, meta)
     note("cascade-done")
     runs.reverse.foreach(_.foreach(_.done()))

@@ -202,7 +202,23 @@ final case class CascadeHopSummary(
     checkpoint: String,
     toBatch: Long,
     lastBatch: Long,
-    plan: Option[RewindPlanSummary]
+    plan: Option[RewindPlanSummary],
+    checkpointRewind: Option[CheckpointRewindSummary]
+)
+
+/**
+ * The rewind of a cascade's hop that writes no file sink: its checkpoint only, batch `toBatch`
+ * planned anew (`offsetsToDelete` from it on), its file sources' logs and its state cut back.
+ */
+final case class CheckpointRewindSummary(
+    checkpoint: String,
+    toBatch: Long,
+    offsetsToDelete: Seq[Long],
+    commitsToDelete: Seq[Long],
+    sourceLogs: Seq[SourceLogCut],
+    stateFiles: Seq[String],
+    stateBytes: Long,
+    removeStateDir: Boolean
 )
 
 /** A reader of a rewound sink the cascade leaves as it is, and why. */

@@ -198,40 +198,8 @@ object Rewind {
     val replanned = atN.exists { entry =>
       replan || entry.readsOnlyBatchLogSources || inputRewound(cp, toBatch, entry, hadoopConf)
     }
-    val cutAt: Option[Int => Option[Long]] = atN.map { entry =>
-      if (!replanned) entry.fileSourceLogOffset(_)
-      else if (toBatch == 0) (_: Int) => Some(-1L)
-      else {
-        val before = cp.offsets(toBatch - 1)
-        i => before.fileSourceLogOffset(i).orElse(entry.fileSourceLogOffset(i).map(_ => -1L))
-      }
-    }
-
-    val sourceLogs = cutAt.toSeq.flatMap { offsetOf =>
-      cp.sourceIndexes.flatMap { i =>
-        val dir = cp.sourceDir(i)
-        offsetOf(i) match {
-          case Some(k) =>
-            val default = spark.sessionState.conf.fileSourceLogCompactInterval
-            val interval = LogLayout.intervalOf(cp.fm, dir, default)._2.getOrElse(default)
-            Some(i -> LogTruncation.planReadable(cp.fm, dir, k, interval, default))
-              .filterNot(_._2.isNoop)
-          case None if replanned || LogLayout.listIds(cp.fm, dir).forall(_ == 0L) =>
-            None // initial offsets only
-          case None =>
-            throw BatchLogException.unsupportedCheckpoint(
-              dir.toString,
-              "its source log is of a kind batchlog cannot cut back"
-            )
-        }
-      }
-    }
-    val provider =
-      atN.orElse(offsets.lastOption.map(cp.offsets)).flatMap(_.conf.get(StateFiles.ProviderConfKey))
-    val removeStateDir = toBatch == 0 && cp.fs.exists(cp.stateDir)
-    val stateFiles =
-      if (toBatch == 0) Nil
-      else StateFiles.toDelete(cp, toBatch, provider).map(f => f.getPath -> f.getLen)
+    val (sourceLogs, stateFiles, removeStateDir) =
+      checkpointCuts(spark, cp, toBatch, atN, replanned, offsets)
 
     RewindPlan(
       sink,
@@ -417,53 +385,146 @@ object Rewind {
       }
       // State, commits and offsets are listed again now that the writer is fenced: files a stalled
       // writer added above the target after the plan's listing go too.
-      val cp = new QueryCheckpoint(spark, plan.checkpoint.toString)
-      step("state") {
-        StateMaintenance.awaitSettled(spark, cp) { ms =>
-          progress.note(
-            f"rewind: waiting ${ms / 1000.0}%.1f s for the state store maintenance the stopped " +
-              s"query still owes its checkpoint (${StateMaintenance.IntervalKey} after its newest " +
-              "state file): a snapshot it writes later would bring back state above the target"
-          )
-        }
-        if (plan.removeStateDir || (plan.toBatch == 0 && cp.fs.exists(cp.stateDir))) {
-          cpFm.delete(new Path(plan.checkpoint, "state"))
-        } else ParallelDelete(
-          (plan.stateFiles.map(_._1) ++ StateFiles.toDelete(cp, plan.toBatch, None).map(_.getPath))
-            .distinct,
-          hadoopConf,
-          parallelism,
-          new Progress("rewind: deleting state files", quiet)
-        )
-      }
-      def newestFirst(planned: Seq[Long], now: Seq[Long]) = (planned ++ now).distinct.sorted.reverse
-      // Each log cut also removes the checksum files a hand deletion above the cut left behind
-      // (`QueryCheckpoint.removeStrayChecksums`): with one, Spark could not write that batch again.
-      step("commits") {
-        newestFirst(plan.commitsToDelete, cp.commitIds.filter(_ >= plan.toBatch))
-          .foreach(n => cpFm.delete(cp.commitFile(n)))
-        cp.removeStrayChecksums(cp.commitsDir, plan.toBatch - 1)
-      }
-      step("offsets") {
-        newestFirst(plan.offsetsToDelete, cp.offsetIds.filter(_ > plan.toBatch))
-          .foreach(n => cpFm.delete(cp.offsetsFile(n)))
-        cp.removeStrayChecksums(cp.offsetsDir, plan.toBatch)
-      }
-      // Source logs last: until offsets/ and commits/ are cut back, they name log offsets above
-      // the cut, and a query restarted after a crash in between would fail inside the source
-      // ("batch N doesn't exist") -- or log files anew -- instead of reaching the sink's refusal.
-      step("source-logs") {
-        plan.sourceLogs.foreach { case (_, t) =>
-          LogTruncation.apply(cpFm, t)(JsonField.long(_, "batchId"))
-          cp.removeStrayChecksums(t.dir, t.keepUpTo)
-        }
-      }
+      Rewind.cutCheckpoint(
+        spark,
+        plan.checkpoint,
+        plan.toBatch,
+        (plan.sourceLogs, plan.stateFiles, plan.removeStateDir),
+        plan.commitsToDelete,
+        plan.offsetsToDelete,
+        progress,
+        quiet
+      )(name => body => step(name)(body))
       val ms = (System.nanoTime() - startNs) / 1000000
       RewindResult(plan.toBatch, deleted, plan.dataFiles.map(_.size).sum, ms, dataFilesMs)
     }
 
     /** The intent removed: the sink takes writes again. */
     def done(): Unit = step("done")(RewindIntent.delete(sinkFm, plan.metadataPath))
+  }
+
+  /**
+   * What a rewind of the checkpoint `cp` to `toBatch` cuts besides `offsets/` and `commits/`: each
+   * file source's log (to the log offset of `offsets/N`, or of `offsets/N-1` when batch N is
+   * `replanned`), the state store versions above N (all of `state/` for N = 0). `atN`: `offsets/N`,
+   * if the query planned N; `offsets`: the retained offset ids.
+   */
+  private[ops] def checkpointCuts(
+      spark: SparkSession,
+      cp: QueryCheckpoint,
+      toBatch: Long,
+      atN: Option[OffsetsEntry],
+      replanned: Boolean,
+      offsets: Seq[Long]
+  ): (Seq[(Int, LogTruncation)], Seq[(Path, Long)], Boolean) = {
+    lazy val before =
+      if (toBatch > 0 && offsets.contains(toBatch - 1)) Some(cp.offsets(toBatch - 1)) else None
+    // Without `offsets/N` (never planned, or deleted by a re-planning rewind a crash interrupted:
+    // its source logs may be uncut) the logs are cut to what batch N-1 had read, which is what
+    // Spark would plan from: a log entry above it would hide its files from the source for good.
+    val anew = replanned || atN.isEmpty
+    val cutAt: Option[Int => Option[Long]] = atN match {
+      case Some(entry) if !replanned => Some(entry.fileSourceLogOffset(_))
+      case _ if toBatch == 0 => Some(_ => Some(-1L))
+      case Some(entry) =>
+        Some(i =>
+          before.flatMap(_.fileSourceLogOffset(i)).orElse(entry.fileSourceLogOffset(i).map(_ =>
+            -1L
+          ))
+        )
+      case None => before.map(b => (i: Int) => b.fileSourceLogOffset(i))
+    }
+
+    val sourceLogs = cutAt.toSeq.flatMap { offsetOf =>
+      cp.sourceIndexes.flatMap { i =>
+        val dir = cp.sourceDir(i)
+        offsetOf(i) match {
+          case Some(k) =>
+            val default = spark.sessionState.conf.fileSourceLogCompactInterval
+            val interval = LogLayout.intervalOf(cp.fm, dir, default)._2.getOrElse(default)
+            Some(i -> LogTruncation.planReadable(cp.fm, dir, k, interval, default))
+              .filterNot(_._2.isNoop)
+          case None if anew || LogLayout.listIds(cp.fm, dir).forall(_ == 0L) =>
+            None // initial offsets only
+          case None =>
+            throw BatchLogException.unsupportedCheckpoint(
+              dir.toString,
+              "its source log is of a kind batchlog cannot cut back"
+            )
+        }
+      }
+    }
+    val provider =
+      atN.orElse(offsets.lastOption.map(cp.offsets)).flatMap(_.conf.get(StateFiles.ProviderConfKey))
+    val removeStateDir = toBatch == 0 && cp.fs.exists(cp.stateDir)
+    val stateFiles =
+      if (toBatch == 0) Nil
+      else StateFiles.toDelete(cp, toBatch, provider).map(f => f.getPath -> f.getLen)
+    (sourceLogs, stateFiles, removeStateDir)
+  }
+
+  /**
+   * The checkpoint's part of a rewind carried out, each part a step of `step` (the listener's
+   * names: `state`, `commits`, `offsets`, `source-logs`): state versions above N (after the stopped
+   * query's state store maintenance has settled), `commits/` from N, `offsets/` above N (from N if
+   * in `offsetsToDelete`), then the file sources' logs. What a writer or a crash added above the
+   * target since the plan is listed again and goes too.
+   */
+  private[ops] def cutCheckpoint(
+      spark: SparkSession,
+      checkpoint: Path,
+      toBatch: Long,
+      cuts: (Seq[(Int, LogTruncation)], Seq[(Path, Long)], Boolean),
+      commitsToDelete: Seq[Long],
+      offsetsToDelete: Seq[Long],
+      progress: Progress,
+      quiet: Boolean
+  )(step: String => (=> Unit) => Unit): Unit = {
+    val (sourceLogs, stateFiles, removeStateDir) = cuts
+    val hadoopConf = spark.sessionState.newHadoopConf()
+    val cpFm = CheckpointFileManager.create(checkpoint, hadoopConf)
+    val parallelism = BatchLogConf.deleteParallelism(spark)
+    val cp = new QueryCheckpoint(spark, checkpoint.toString)
+    step("state") {
+      StateMaintenance.awaitSettled(spark, cp) { ms =>
+        progress.note(
+          f"rewind: waiting ${ms / 1000.0}%.1f s for the state store maintenance the stopped " +
+            s"query still owes its checkpoint (${StateMaintenance.IntervalKey} after its newest " +
+            "state file): a snapshot it writes later would bring back state above the target"
+        )
+      }
+      if (removeStateDir || (toBatch == 0 && cp.fs.exists(cp.stateDir))) {
+        cpFm.delete(new Path(checkpoint, "state"))
+      } else ParallelDelete(
+        (stateFiles.map(_._1) ++ StateFiles.toDelete(cp, toBatch, None).map(_.getPath)).distinct,
+        hadoopConf,
+        parallelism,
+        new Progress("rewind: deleting state files", quiet)
+      )
+    }
+    def newestFirst(planned: Seq[Long], now: Seq[Long]) = (planned ++ now).distinct.sorted.reverse
+    // Each log cut also removes the checksum files a hand deletion above the cut left behind
+    // (`QueryCheckpoint.removeStrayChecksums`): with one, Spark could not write that batch again.
+    step("commits") {
+      newestFirst(commitsToDelete, cp.commitIds.filter(_ >= toBatch))
+        .foreach(n => cpFm.delete(cp.commitFile(n)))
+      cp.removeStrayChecksums(cp.commitsDir, toBatch - 1)
+    }
+    val keepOffset = if (offsetsToDelete.contains(toBatch)) toBatch - 1 else toBatch
+    step("offsets") {
+      newestFirst(offsetsToDelete, cp.offsetIds.filter(_ > keepOffset))
+        .foreach(n => cpFm.delete(cp.offsetsFile(n)))
+      cp.removeStrayChecksums(cp.offsetsDir, keepOffset)
+    }
+    // Source logs last: until offsets/ and commits/ are cut back, they name log offsets above
+    // the cut, and a query restarted after a crash in between would fail inside the source
+    // ("batch N doesn't exist") -- or log files anew -- instead of reaching the sink's refusal.
+    step("source-logs") {
+      sourceLogs.foreach { case (_, t) =>
+        LogTruncation.apply(cpFm, t)(JsonField.long(_, "batchId"))
+        cp.removeStrayChecksums(t.dir, t.keepUpTo)
+      }
+    }
   }
 
   /**

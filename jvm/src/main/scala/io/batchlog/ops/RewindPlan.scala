@@ -42,8 +42,7 @@ final case class RewindPlan(
 
   /** The plan as a report: counts and names, not every data file. */
   def summary: RewindPlanSummary = {
-    def cut(t: LogTruncation) =
-      LogCut(t.dir.toString, t.keepUpTo, t.rebuild.map(t.fileName), t.delete.map(t.fileName))
+    import RewindPlan.cut
     RewindPlanSummary(
       sink.toString,
       checkpoint.toString,
@@ -65,15 +64,25 @@ final case class RewindPlan(
         BatchFiles(b, fs.length, fs.map(_.size).sum)
       },
       cut(sinkLog),
-      sourceLogs.map { case (i, t) =>
-        val c = cut(t)
-        SourceLogCut(c.dir, c.keepUpTo, c.rebuild, c.delete, i)
-      },
+      RewindPlan.sourceLogCuts(sourceLogs),
       stateFiles.map(_._1.toString),
       stateFiles.map(_._2).sum,
       removeStateDir,
       commitsToDelete,
       offsetsToDelete
     )
+  }
+}
+
+object RewindPlan {
+
+  /** A log cut as a report: the files it rebuilds and deletes, by name. */
+  def cut(t: LogTruncation): LogCut =
+    LogCut(t.dir.toString, t.keepUpTo, t.rebuild.map(t.fileName), t.delete.map(t.fileName))
+
+  /** File sources' log cuts as a report. */
+  def sourceLogCuts(cuts: Seq[(Int, LogTruncation)]): Seq[SourceLogCut] = cuts.map { case (i, t) =>
+    val c = cut(t)
+    SourceLogCut(c.dir, c.keepUpTo, c.rebuild, c.delete, i)
   }
 }

@@ -19,7 +19,7 @@ import org.apache.spark.sql.types.StructType
 
 import io.batchlog.BatchLogException
 import io.batchlog.checkpoint.{BatchLogOffset, QueryCheckpoint}
-import io.batchlog.log.{SinkLogEntry, SinkReaders}
+import io.batchlog.log.{RewindIntent, SinkLogEntry, SinkReaders}
 import io.batchlog.shim.CheckpointFileManager
 import io.batchlog.ops.Horizon
 
@@ -57,6 +57,9 @@ final class BatchLogSource(
   private val sinkSchema = SinkRelations.withoutBatchId(schema, opts)
   private val maxBatches = opts.long(SourceOptions.MaxBatchesPerTrigger, 1)
   private val maxFiles = opts.long(SourceOptions.MaxFilesPerTrigger, 1)
+
+  private lazy val intentFm =
+    CheckpointFileManager.create(sink.metadataPath, spark.sessionState.newHadoopConf())
 
   /** Set by `prepareForTriggerAvailableNow`: the last upstream batch this run reads. */
   @volatile private var availableNowEnd: Option[Long] = None
@@ -190,6 +193,17 @@ final class BatchLogSource(
     availableNowEnd = Some(sink.log.getLatestBatchId().getOrElse(-1L))
 
   override def latestOffset(startOffset: OffsetV2, limit: ReadLimit): OffsetV2 = {
+    // A sink under an unfinished rewind (a cascade's hop, this query's own included when it
+    // writes no file sink, which no lease guards) is read by no one until the rewind is finished.
+    RewindIntent.read(intentFm, sink.metadataPath).foreach { i =>
+      throw BatchLogException.rewindInProgress(
+        i.sink,
+        i.toBatch,
+        i.checkpoint,
+        andThen = "restart this query, which reads it",
+        finishWith = i.finishWith
+      )
+    }
     val start = Option(startOffset).map(offsetOf)
     start.foreach(requireIntact(_, Map.empty))
     val latest = sink.log.getLatestBatchId().getOrElse(-1L)
