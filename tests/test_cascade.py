@@ -481,3 +481,57 @@ def test_a_hop_without_a_file_sink_has_its_checkpoint_rewound(
     restart_all(spark, p, ["side", "gold", "bronze", "silver"])
     audit(spark, p, table)
     assert sorted(r for rows_ in table.values() for r in rows_) == reference["silver"]
+
+
+def test_a_damaged_hop_checkpoint_stops_the_plan_naming_the_file(
+    spark: SparkSession, pipeline: Pipeline
+) -> None:
+    """Bit rot in a hop's ``offsets/N`` (the batchlog source's offset no longer one) or in its
+    file source's log: the cascade stops, naming the file, and changes nothing. Read as "no
+    offset" or skipped, either would make the cascade pick a later batch without a word."""
+    p = pipeline
+    offsets = Path(p.chk("silver")) / "offsets" / "2"
+    good = offsets.read_text()
+    lines = good.splitlines()
+    offsets.write_text("\n".join(lines[:-1] + [lines[-1].replace('"batchId"', '"batchJd"')]))
+    before = snapshot(p.root)
+    with pytest.raises(batchlog.BatchLogError, match=f"{offsets}.*damaged"):
+        batchlog.rewind(spark, p.out("bronze"), p.chk("bronze"), K, cascade=True, dry_run=True)
+    with pytest.raises(batchlog.BatchLogError, match=f"{offsets}.*damaged"):
+        batchlog.rewind(spark, p.out("bronze"), p.chk("bronze"), K, cascade=True, quiet=True)
+    assert snapshot(p.root) == before
+    offsets.write_text(good)
+
+    source_log = Path(p.chk("side")) / "sources" / "0" / "1"
+    source_log.write_text(source_log.read_text().replace('"path"', '"pbth"'))
+    before = snapshot(p.root)
+    with pytest.raises(batchlog.BatchLogError, match=f"{source_log}.*line 2.*damaged"):
+        batchlog.rewind(spark, p.out("bronze"), p.chk("bronze"), K, cascade=True, quiet=True)
+    assert snapshot(p.root) == before
+
+
+def test_a_file_source_reader_that_never_registered_is_stopped_at_its_next_start(
+    spark: SparkSession, pipeline: Pipeline, reference: dict
+) -> None:
+    """A side reader that ran without batchlog's jar (no reader record) and is not named is left
+    out of the cascade; restarted with the jar, it registers, finds the replayed files among
+    what it read before, and stops, naming its own cascade; run as named, it comes out exact."""
+    p = pipeline
+    for f in (p.path("bronze") / "_batchlog" / "_readers").glob("*.json"):
+        if json.loads(f.read_text())["kind"] == "file":
+            f.unlink()
+    report = batchlog.rewind(spark, p.out("bronze"), p.chk("bronze"), K, cascade=True, quiet=True)
+    assert "side" not in hop_batches(report.plan, p)
+    bronze(spark, p, fixed=True)
+    silver(spark, p)
+    gold(spark, p)
+    side_rows = rows(spark, p.out("side"))
+    with pytest.raises(StreamingQueryException) as e:
+        side(spark, p)
+    assert rows(spark, p.out("side")) == side_rows
+    fix = named_command(e.value)
+    assert fix[1].removeprefix("file:") == p.out("side") and fix[5] == "1", fix
+    r = cli_here(spark, *fix)
+    assert r.returncode == 0, r.stderr + r.stdout
+    side(spark, p)
+    assert rows(spark, p.out("side")) == reference["side"]

@@ -244,6 +244,8 @@ def test_upstream_rewind_stops_the_downstream_until_it_is_rewound_too(
     err = str(q.exception())
     assert "UPSTREAM_REWOUND" in err or "up to its batch 4, but that batch is gone" in err
     assert "its latest batch is now 2" in err and "startingBatch" in err
+    # it names its own sink and first batch that read a rewound one: downstream batch 3
+    assert f"{down / 'out'} --checkpoint file:{down / 'chk'} --to-batch 3 --cascade" in err
     # in Python the failure is both the named error and pyspark's StreamingQueryException
     with pytest.raises(batchlog.UpstreamRewoundError) as raised:
         batchlog.await_query(q, 10)

@@ -402,7 +402,8 @@ object BatchLogException {
             s"Its batch $batch is the first that read a rewound batch. Rewind it and every query " +
               s"downstream of it with one command: `python -m batchlog rewind $ownSink " +
               s"--checkpoint $checkpoint --to-batch $batch --cascade` (add --dry-run to see the " +
-              "plan first), then restart the queries."
+              "plan first), then restart the queries; or restart this one from a new checkpoint " +
+              "with option startingBatch set to the first upstream batch to read."
           case None =>
             "Rewind the pipeline from that sink, this query included, with one command: " +
               s"`python -m batchlog rewind $sink --checkpoint <the upstream query's checkpoint> " +

@@ -133,11 +133,14 @@ class QueryCheckpoint(spark: SparkSession, path: String) {
     LogLayout.listIds(fm, dir).filter(_ >= from).foreach { id =>
       val file = new Path(dir, LogLayout.fileName(id, compacts.contains(id)))
       try {
-        LogFiles.foreachLine(fm, file, "it is the file source's log") { (line, _) =>
-          for {
-            path <- JsonField.string(line, "path")
-            offset <- JsonField.long(line, "batchId").orElse(Some(id))
-          } fn(path, offset)
+        LogFiles.foreachLine(fm, file, "it is the file source's log") { (line, n) =>
+          val path = JsonField.string(line, "path").getOrElse(
+            throw BatchLogException.unsupportedCheckpoint(
+              file.toString,
+              s"its line $n is not a file source log entry (no path): the file is damaged"
+            )
+          )
+          fn(path, JsonField.long(line, "batchId").getOrElse(id))
         }
       } catch {
         case _: BatchLogException if skipVanished && !fm.exists(file) =>
@@ -168,10 +171,7 @@ class QueryCheckpoint(spark: SparkSession, path: String) {
    */
   def firstBatchReading(i: Int, kind: String, upstream: Path, from: Long): Option[Long] =
     if (kind == SinkReaders.KindBatchlog) {
-      firstBatchWhere { n =>
-        offsets(n).sourceOffsets.lift(i).flatten.flatMap(BatchLogOffset.parse)
-          .exists(_.batchId >= from)
-      }
+      firstBatchWhere(n => batchLogOffset(n, i).exists(_.batchId >= from))
     } else {
       val inside = upstream.toUri.getPath.stripSuffix("/") + "/"
       var first = Long.MaxValue
@@ -183,6 +183,20 @@ class QueryCheckpoint(spark: SparkSession, path: String) {
       }
       if (first == Long.MaxValue) None
       else firstBatchWhere(n => offsets(n).fileSourceLogOffset(i).exists(_ >= first))
+    }
+
+  /**
+   * The offset of the `batchlog` source `i` in `offsets/n`; None if it names none ("-"). A line
+   * that is not a `batchlog` offset is damage (the source wrote it), never read as "no offset".
+   */
+  def batchLogOffset(n: Long, i: Int): Option[BatchLogOffset] =
+    offsets(n).sourceOffsets.lift(i).flatten.map { line =>
+      BatchLogOffset.parse(line).getOrElse(
+        throw BatchLogException.unsupportedCheckpoint(
+          offsetsFile(n).toString,
+          s"the offset of its source $i, a batchlog source, is not one: the file is damaged"
+        )
+      )
     }
 
   /** Names in a directory that are plain numbers (log files), ascending; none if it is absent. */
@@ -203,8 +217,10 @@ class QueryCheckpoint(spark: SparkSession, path: String) {
       if (!raw.exists(dir)) Nil
       else {
         val stray = raw.listStatus(dir).toSeq.map(_.getPath).filter { p =>
-          QueryCheckpoint.Checksum.unapplySeq(p.getName).exists { case Seq(n) =>
-            n.length < 19 && n.toLong > above && !raw.exists(new Path(dir, n))
+          p.getName match {
+            case QueryCheckpoint.Checksum(n) =>
+              n.length < 19 && n.toLong > above && !raw.exists(new Path(dir, n))
+            case _ => false
           }
         }
         stray.foreach(raw.delete(_, false))

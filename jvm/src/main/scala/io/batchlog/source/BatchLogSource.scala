@@ -175,10 +175,7 @@ final class BatchLogSource(
       val own = SinkReaders.list(fm, sink.metadataPath)
         .find(r => r.queryId == cp.queryId && r.sourceIndex == i).flatMap(_.sink)
       val first = own.flatMap { _ =>
-        cp.firstBatchWhere { n =>
-          cp.offsets(n).sourceOffsets.lift(i).flatten.flatMap(BatchLogOffset.parse)
-            .exists(o => !intact(o, Map.empty))
-        }
+        cp.firstBatchWhere(n => cp.batchLogOffset(n, i).exists(o => !intact(o, Map.empty)))
       }
       for (s <- own; b <- first) yield (s, cp.root.toString, b)
     } catch {
