@@ -75,6 +75,18 @@ def halt_after_rewind_step_confs(step: str) -> list[str]:
     ]
 
 
+def pause_after_rewind_step_confs(step: str, pause_dir: Path) -> list[str]:
+    """CLI ``--conf`` arguments that make a rewind wait after ``step``: it creates
+    ``pause_dir/paused``, then waits for ``pause_dir/resume`` (the test kit's
+    ``PauseAfterRewindStep``)."""
+    return [
+        f"--conf=spark.jars={jars_with_testkit()}",
+        f"--conf={STEP_LISTENER_KEY}=io.batchlog.testkit.PauseAfterRewindStep",
+        f"--conf=spark.batchlog.test.pauseAfterRewindStep={step}",
+        f"--conf=spark.batchlog.test.pauseDir={pause_dir}",
+    ]
+
+
 #: hadoop-aws and its AWS SDK (``dev/setup`` fetches them): ``s3a://`` for the S3 tests.
 S3A_CLASSPATH = str(REPO / ".tools" / "storage" / "s3a" / "*")
 

@@ -44,7 +44,7 @@ from storage_support import (  # noqa: F401  (hdfs: the fixture)
     run_query,
     start_query,
 )
-from support import QUERY_TIMEOUT_S, cli_here, session_conf, wait_until
+from support import LEASE_FILE, QUERY_TIMEOUT_S, cli_here, session_conf, wait_until
 
 BATCHES = 7  # compactInterval 3: compact files 2 and 5
 #: The S3 queries' session: batchlog's committer, compactInterval 3, one task a batch.
@@ -301,3 +301,75 @@ def test_uploads_left_open_under_the_log_are_reported_and_vacuumed(
     assert open_now() == others
     assert batchlog.verify(spark, out).open_uploads == []
     assert rows(spark, out) == expected(range(BATCHES))
+
+
+def _downstream_on_s3(spark: SparkSession, up: str, out: str, chk: str) -> None:
+    """A ``batchlog``-source reader of ``up`` (two upstream batches a trigger) into ``out``."""
+    with session_conf(spark, {**S3_CONFS, "spark.sql.streaming.schemaInference": "true"}):
+        q = (
+            spark.readStream.format("batchlog")
+            .option("maxBatchesPerTrigger", 2)
+            .load(up)
+            .writeStream.format("parquet")
+            .option("checkpointLocation", chk)
+            .partitionBy("country")
+            .trigger(availableNow=True)
+            .start(out)
+        )
+        try:
+            assert q.awaitTermination(QUERY_TIMEOUT_S), f"the query on {out} ran too long"
+        finally:
+            if q.isActive:
+                q.stop()
+        assert q.exception() is None, q.exception()
+    wait_until(
+        lambda: not RemoteFs(spark, out).exists(f"{out}/_batchlog/{LEASE_FILE}"),
+        30,
+        f"{out}'s lease to go",
+    )
+
+
+@pytest.mark.parametrize(
+    "lost",
+    [
+        "up/_batchlog/_batchlog-cascade.json",  # the pipeline's intent
+        "down/_batchlog/_batchlog-rewind.json",  # the downstream hop's intent
+        "up/_spark_metadata/7",  # the upstream's claim of its next log id (a conditional PUT)
+        "down/_spark_metadata/4",  # the downstream's
+    ],
+)
+def test_a_cascade_on_s3_with_an_answer_lost_rewinds_every_hop_exactly_once(
+    spark: SparkSession, store: Store, tmp_path: Path, lost: str
+) -> None:
+    """A cascade whose store applies one of its publishes and loses the answer (a 500; S3A
+    retries): the cascade finishes (or, stopped, is finished by running it again), and both
+    hops, restarted, hold exactly the input's rows once, as plain Spark reads them."""
+    bucket = store.bucket()
+    up, up_chk = f"s3a://{bucket}/up", f"s3a://{bucket}/up-chk"
+    down, down_chk = f"s3a://{bucket}/down", f"s3a://{bucket}/down-chk"
+    with session_conf(spark, S3_CONFS):
+        assert _run_on_s3(spark, tmp_path, up, up_chk) == list(range(BATCHES))
+    _downstream_on_s3(spark, up, down, down_chk)  # down batches: up 0-1, 2-3, 4-5, 6
+    assert rows(spark, down) == expected(range(BATCHES))
+
+    store.inject(lose_answer=rf"^{bucket}/{lost}$")
+    try:
+        try:
+            report = batchlog.rewind(spark, up, up_chk, 3, cascade=True, quiet=True)
+        except batchlog.BatchLogError as e:
+            assert "--cascade" in str(e), str(e)  # it names the command that finishes it
+            store.inject()
+            report = batchlog.rewind(spark, up, up_chk, 3, cascade=True, quiet=True)
+    finally:
+        store.inject()
+    assert [line for line in _lost(store) if line.startswith(f"{bucket}/{lost} ")], _lost(store)
+    assert [h.to_batch for h in report.plan.hops] == [3, 1]
+    assert report.results is not None
+
+    with session_conf(spark, S3_CONFS):
+        run_query(spark, RemoteFs(spark, up), tmp_path / "in", up, up_chk, stateful=False)
+    _downstream_on_s3(spark, up, down, down_chk)
+    for out in (up, down):
+        assert rows(spark, out) == expected(range(BATCHES)), out
+        report_ = batchlog.verify(spark, out)
+        assert report_.healthy and report_.missing_count == 0, report_

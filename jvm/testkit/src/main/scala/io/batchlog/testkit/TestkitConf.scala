@@ -12,6 +12,12 @@ object TestkitConf {
    */
   val HaltAfterRewindStep = "spark.batchlog.test.haltAfterRewindStep"
 
+  /** [[PauseAfterRewindStep]]: the rewind step after which it waits for the test. */
+  val PauseAfterRewindStep = "spark.batchlog.test.pauseAfterRewindStep"
+
+  /** [[PauseAfterRewindStep]]: where it creates `paused` and waits for `resume`. */
+  val PauseDir = "spark.batchlog.test.pauseDir"
+
   // ---- FaultInjectingCheckpointFileManager (read from the Hadoop conf) ----
 
   /** Spark's key choosing the `CheckpointFileManager` (read from the Hadoop conf). */
