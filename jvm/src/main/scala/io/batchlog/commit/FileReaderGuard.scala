@@ -102,16 +102,10 @@ object FileReaderGuard extends Logging {
     val key = (runId, sink.toString)
     val names = now.map(_._1.toUri.getPath).toSet
     val meta = BatchTaggedFileStreamSinkLog.metadataPathOf(spark, sink.toString)
-    RewindIntent.read(CheckpointFileManager.create(meta, spark.sessionState.newHadoopConf()), meta)
-      .foreach { i =>
-        throw BatchLogException.rewindInProgress(
-          i.sink,
-          i.toBatch,
-          i.checkpoint,
-          andThen = "restart this query, which reads it",
-          finishWith = i.finishWith
-        )
-      }
+    RewindIntent.refuseReader(
+      CheckpointFileManager.create(meta, spark.sessionState.newHadoopConf()),
+      meta
+    )
     val before = Option(reads.get(key)).getOrElse(history(spark, queryId, sink, names))
     if (!before.tracked || names.subsetOf(before.last)) {
       reads.put(key, before)

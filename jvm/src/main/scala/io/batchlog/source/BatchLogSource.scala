@@ -192,15 +192,7 @@ final class BatchLogSource(
   override def latestOffset(startOffset: OffsetV2, limit: ReadLimit): OffsetV2 = {
     // A sink under an unfinished rewind (a cascade's hop, this query's own included when it
     // writes no file sink, which no lease guards) is read by no one until the rewind is finished.
-    RewindIntent.read(intentFm, sink.metadataPath).foreach { i =>
-      throw BatchLogException.rewindInProgress(
-        i.sink,
-        i.toBatch,
-        i.checkpoint,
-        andThen = "restart this query, which reads it",
-        finishWith = i.finishWith
-      )
-    }
+    RewindIntent.refuseReader(intentFm, sink.metadataPath)
     val start = Option(startOffset).map(offsetOf)
     start.foreach(requireIntact(_, Map.empty))
     val latest = sink.log.getLatestBatchId().getOrElse(-1L)
