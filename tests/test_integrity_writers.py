@@ -570,8 +570,12 @@ def test_a_late_lease_removal_by_another_driver_stops_its_next_batch_loudly(
     a.wait_latest(0)
     (a.control / "linger").touch()
     (a.control / "stop").touch()
-    assert poll(lambda: "[batchlog-fault] awaiting" in a.output(), WAIT_S), a.output()[-5000:]
-    assert "STOPPED" in a.output() and a.proc.poll() is None
+    # the query stopped (STOPPED) and its lease's removal hangs (awaiting): two lines printed by
+    # two threads, in either order
+    assert poll(
+        lambda: "[batchlog-fault] awaiting" in a.output() and "STOPPED" in a.output(), WAIT_S
+    ), a.output()[-5000:]
+    assert a.proc.poll() is None
     assert json.loads(lease.read_text())["queryId"] == query_id(a.chk)  # A's, its delete held
 
     write_input(a.inp, 1, 1, ROWS)

@@ -425,7 +425,8 @@ object Rewind {
     val anew = replanned || atN.isEmpty
     val cutAt: Option[Int => Option[Long]] = atN match {
       case Some(entry) if !replanned => Some(entry.fileSourceLogOffset(_))
-      case _ if toBatch == 0 => Some(_ => Some(-1L))
+      case Some(_) if toBatch == 0 => Some(_ => Some(-1L))
+      case None if toBatch == 0 => None // no batch planned: a source's log holds its start only
       case Some(entry) =>
         Some(i =>
           before.flatMap(_.fileSourceLogOffset(i)).orElse(entry.fileSourceLogOffset(i).map(_ =>
