@@ -492,7 +492,12 @@ def run_query(
 ) -> list[int]:
     """Runs the query over the input (availableNow, one file a batch); returns its batch ids once
     its writer lease is gone from the store."""
-    query = start_query(spark, inbox, out, chk, stateful)
+    return await_on_store(start_query(spark, inbox, out, chk, stateful), fs, out)
+
+
+def await_on_store(query: StreamingQuery, fs: RemoteFs, out: str) -> list[int]:
+    """Waits for an ``availableNow`` query writing ``out`` to finish (failing on its error), then
+    for its writer lease to go from the store; returns its batch ids."""
     try:
         assert query.awaitTermination(QUERY_TIMEOUT_S), f"the query on {out} ran too long"
     finally:

@@ -36,6 +36,7 @@ from reliability_support import (
 from storage_support import (  # noqa: F401  (hdfs: the fixture)
     RemoteFs,
     Store,
+    await_on_store,
     expected,
     faulty_s3,
     hdfs,
@@ -44,7 +45,7 @@ from storage_support import (  # noqa: F401  (hdfs: the fixture)
     run_query,
     start_query,
 )
-from support import LEASE_FILE, QUERY_TIMEOUT_S, cli_here, session_conf, wait_until
+from support import QUERY_TIMEOUT_S, cli_here, session_conf, wait_until
 
 BATCHES = 7  # compactInterval 3: compact files 2 and 5
 #: The S3 queries' session: batchlog's committer, compactInterval 3, one task a batch.
@@ -316,17 +317,7 @@ def _downstream_on_s3(spark: SparkSession, up: str, out: str, chk: str) -> None:
             .trigger(availableNow=True)
             .start(out)
         )
-        try:
-            assert q.awaitTermination(QUERY_TIMEOUT_S), f"the query on {out} ran too long"
-        finally:
-            if q.isActive:
-                q.stop()
-        assert q.exception() is None, q.exception()
-    wait_until(
-        lambda: not RemoteFs(spark, out).exists(f"{out}/_batchlog/{LEASE_FILE}"),
-        30,
-        f"{out}'s lease to go",
-    )
+        await_on_store(q, RemoteFs(spark, out), out)
 
 
 @pytest.mark.parametrize(

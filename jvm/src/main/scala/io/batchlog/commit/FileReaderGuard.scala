@@ -101,27 +101,25 @@ object FileReaderGuard extends Logging {
   ): Unit = {
     val key = (runId, sink.toString)
     val names = now.map(_._1.toUri.getPath).toSet
+    val before = Option(reads.get(key)).getOrElse(history(spark, queryId, sink, names))
+    if (names.subsetOf(before.last)) return // this micro-batch, checked: the rules run again
     val meta = BatchTaggedFileStreamSinkLog.metadataPathOf(spark, sink.toString)
     RewindIntent.refuseReader(
       CheckpointFileManager.create(meta, spark.sessionState.newHadoopConf()),
       meta
     )
-    val before = Option(reads.get(key)).getOrElse(history(spark, queryId, sink, names))
-    if (!before.tracked || names.subsetOf(before.last)) {
-      reads.put(key, before)
+    if (!before.tracked) {
+      reads.put(key, before.copy(last = names))
       return
     }
     if (now.exists(_._2 <= before.newest)) {
-      val log = new BatchTaggedFileStreamSinkLog(
-        spark,
-        BatchTaggedFileStreamSinkLog.metadataPathOf(spark, sink.toString).toString
-      )
+      val log = new BatchTaggedFileStreamSinkLog(spark, meta.toString)
       if (!stillLogged(log, before)) {
         throw BatchLogException.upstreamRewound(
           sink.toString,
           before.newest,
           log.getLatestBatchId().getOrElse(-1L),
-          rewoundFix(spark, queryId, sink, names)
+          rewoundFix(spark, queryId, sink, meta, names)
         )
       }
     }
@@ -151,11 +149,11 @@ object FileReaderGuard extends Logging {
       spark: SparkSession,
       queryId: String,
       sink: Path,
+      meta: Path,
       current: Set[String]
   ): Option[(String, String, Long)] =
     try {
       val hadoopConf = spark.sessionState.newHadoopConf()
-      val meta = BatchTaggedFileStreamSinkLog.metadataPathOf(spark, sink.toString)
       val fs = sink.getFileSystem(hadoopConf)
       val inside = sink.toUri.getPath.stripSuffix("/") + "/"
       val fixes = SinkReaders.list(CheckpointFileManager.create(meta, hadoopConf), meta)

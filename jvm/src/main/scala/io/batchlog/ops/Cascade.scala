@@ -14,7 +14,6 @@ import io.batchlog.log.{
   BatchTaggedFileStreamSinkLog,
   CascadeHopTarget,
   CascadeIntent,
-  LogTruncation,
   RewindIntent,
   SinkReaders
 }
@@ -65,7 +64,7 @@ final case class CascadeHop(
 final case class CheckpointRewindPlan(
     checkpoint: Path,
     toBatch: Long,
-    cuts: (Seq[(Int, LogTruncation)], Seq[(Path, Long)], Boolean),
+    cuts: CheckpointCuts,
     commitsToDelete: Seq[Long],
     offsetsToDelete: Seq[Long]
 ) {
@@ -74,10 +73,10 @@ final case class CheckpointRewindPlan(
     toBatch,
     offsetsToDelete,
     commitsToDelete,
-    RewindPlan.sourceLogCuts(cuts._1),
-    cuts._2.map(_._1.toString),
-    cuts._2.map(_._2).sum,
-    cuts._3
+    RewindPlan.sourceLogCuts(cuts.sourceLogs),
+    cuts.stateFiles.map(_._1.toString),
+    cuts.stateFiles.map(_._2).sum,
+    cuts.removeStateDir
   )
 
   /** Cuts the checkpoint back, each part a step of `step` ([[Rewind.cutCheckpoint]]). */

@@ -196,9 +196,10 @@ object Rewind {
     // Batch N planned anew (its input changed upstream): the file sources' logs keep the entries
     // batch N-1 had read, none for N = 0, so they list their directory again.
     val replanned = atN.exists { entry =>
-      replan || entry.readsOnlyBatchLogSources || inputRewound(cp, toBatch, entry, hadoopConf)
+      replan || entry.readsOnlyBatchLogSources ||
+      inputRewound(cp, toBatch, entry, offsets, hadoopConf)
     }
-    val (sourceLogs, stateFiles, removeStateDir) =
+    val CheckpointCuts(sourceLogs, stateFiles, removeStateDir) =
       checkpointCuts(spark, cp, toBatch, atN, replanned, offsets)
 
     RewindPlan(
@@ -389,7 +390,7 @@ object Rewind {
         spark,
         plan.checkpoint,
         plan.toBatch,
-        (plan.sourceLogs, plan.stateFiles, plan.removeStateDir),
+        CheckpointCuts(plan.sourceLogs, plan.stateFiles, plan.removeStateDir),
         plan.commitsToDelete,
         plan.offsetsToDelete,
         progress,
@@ -416,7 +417,7 @@ object Rewind {
       atN: Option[OffsetsEntry],
       replanned: Boolean,
       offsets: Seq[Long]
-  ): (Seq[(Int, LogTruncation)], Seq[(Path, Long)], Boolean) = {
+  ): CheckpointCuts = {
     lazy val before =
       if (toBatch > 0 && offsets.contains(toBatch - 1)) Some(cp.offsets(toBatch - 1)) else None
     // Without `offsets/N` (never planned, or deleted by a re-planning rewind a crash interrupted:
@@ -461,7 +462,7 @@ object Rewind {
     val stateFiles =
       if (toBatch == 0) Nil
       else StateFiles.toDelete(cp, toBatch, provider).map(f => f.getPath -> f.getLen)
-    (sourceLogs, stateFiles, removeStateDir)
+    CheckpointCuts(sourceLogs, stateFiles, removeStateDir)
   }
 
   /**
@@ -475,13 +476,13 @@ object Rewind {
       spark: SparkSession,
       checkpoint: Path,
       toBatch: Long,
-      cuts: (Seq[(Int, LogTruncation)], Seq[(Path, Long)], Boolean),
+      cuts: CheckpointCuts,
       commitsToDelete: Seq[Long],
       offsetsToDelete: Seq[Long],
       progress: Progress,
       quiet: Boolean
   )(step: String => (=> Unit) => Unit): Unit = {
-    val (sourceLogs, stateFiles, removeStateDir) = cuts
+    val CheckpointCuts(sourceLogs, stateFiles, removeStateDir) = cuts
     val hadoopConf = spark.sessionState.newHadoopConf()
     val cpFm = CheckpointFileManager.create(checkpoint, hadoopConf)
     val parallelism = BatchLogConf.deleteParallelism(spark)
@@ -538,9 +539,10 @@ object Rewind {
       cp: QueryCheckpoint,
       n: Long,
       atN: OffsetsEntry,
+      offsets: Seq[Long],
       hadoopConf: org.apache.hadoop.conf.Configuration
   ): Boolean = {
-    lazy val before = if (n > 0 && cp.offsetIds.contains(n - 1)) Some(cp.offsets(n - 1)) else None
+    lazy val before = if (n > 0 && offsets.contains(n - 1)) Some(cp.offsets(n - 1)) else None
     cp.sourceIndexes.exists { i =>
       atN.fileSourceLogOffset(i).exists { k =>
         val from = before.flatMap(_.fileSourceLogOffset(i)).getOrElse(-1L)

@@ -86,3 +86,14 @@ object RewindPlan {
     SourceLogCut(c.dir, c.keepUpTo, c.rebuild, c.delete, i)
   }
 }
+
+/**
+ * What a rewind cuts in a checkpoint besides `offsets/` and `commits/`: each file source's log (by
+ * source index), the state files above the target (with their sizes), and all of `state/` for a
+ * rewind to batch 0.
+ */
+final case class CheckpointCuts(
+    sourceLogs: Seq[(Int, LogTruncation)],
+    stateFiles: Seq[(Path, Long)],
+    removeStateDir: Boolean
+)

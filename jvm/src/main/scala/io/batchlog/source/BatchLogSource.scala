@@ -58,7 +58,8 @@ final class BatchLogSource(
   private val maxBatches = opts.long(SourceOptions.MaxBatchesPerTrigger, 1)
   private val maxFiles = opts.long(SourceOptions.MaxFilesPerTrigger, 1)
 
-  private lazy val intentFm =
+  /** The upstream's records beside its log (its rewind intent, its readers). */
+  private lazy val sinkFm =
     CheckpointFileManager.create(sink.metadataPath, spark.sessionState.newHadoopConf())
 
   /** Set by `prepareForTriggerAvailableNow`: the last upstream batch this run reads. */
@@ -171,8 +172,7 @@ final class BatchLogSource(
     try {
       val cp = new QueryCheckpoint(spark, new Path(metadataPath).getParent.getParent.toString)
       val i = new Path(metadataPath).getName.toInt
-      val fm = CheckpointFileManager.create(sink.metadataPath, spark.sessionState.newHadoopConf())
-      val own = SinkReaders.list(fm, sink.metadataPath)
+      val own = SinkReaders.list(sinkFm, sink.metadataPath)
         .find(r => r.queryId == cp.queryId && r.sourceIndex == i).flatMap(_.sink)
       val first = own.flatMap { _ =>
         cp.firstBatchWhere(n => cp.batchLogOffset(n, i).exists(o => !intact(o, Map.empty)))
@@ -192,7 +192,7 @@ final class BatchLogSource(
   override def latestOffset(startOffset: OffsetV2, limit: ReadLimit): OffsetV2 = {
     // A sink under an unfinished rewind (a cascade's hop, this query's own included when it
     // writes no file sink, which no lease guards) is read by no one until the rewind is finished.
-    RewindIntent.refuseReader(intentFm, sink.metadataPath)
+    RewindIntent.refuseReader(sinkFm, sink.metadataPath)
     val start = Option(startOffset).map(offsetOf)
     start.foreach(requireIntact(_, Map.empty))
     val latest = sink.log.getLatestBatchId().getOrElse(-1L)
