@@ -15,11 +15,15 @@ or on an existing one (the jar must already be on the class path)::
 
 from __future__ import annotations
 
-from pyspark.sql import SparkSession
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from batchlog import _effective_conf, _sql, reports
-from batchlog._jars import jar_path
-from batchlog._jvm import await_query, query_error, query_exception
+from batchlog._names import (
+    COMMIT_PROTOCOL_CLASS,
+    COMMIT_PROTOCOL_KEY,
+    EXTENSIONS_CLASS,
+    EXTENSIONS_KEY,
+)
 from batchlog.errors import (
     BatchesExpiredError,
     BatchLogError,
@@ -45,23 +49,66 @@ from batchlog.errors import (
     WriterActiveError,
     WriterLeaseLostError,
 )
-from batchlog.ops import (
-    Action,
-    adopt,
-    adopt_action,
-    cascade_action,
-    read,
-    repair,
-    repair_action,
-    rewind,
-    rewind_action,
-    takeover,
-    takeover_action,
-    vacuum,
-    vacuum_action,
-    verify,
-)
-from batchlog.sinklog import SinkLog
+
+if TYPE_CHECKING:
+    from batchlog import reports
+    from batchlog._configure import configure
+    from batchlog._jars import jar_path
+    from batchlog._jvm import await_query, query_error, query_exception
+    from batchlog.ops import (
+        Action,
+        adopt,
+        adopt_action,
+        cascade_action,
+        read,
+        repair,
+        repair_action,
+        rewind,
+        rewind_action,
+        takeover,
+        takeover_action,
+        vacuum,
+        vacuum_action,
+        verify,
+    )
+    from batchlog.sinklog import SinkLog
+
+#: Where each name that needs pyspark lives: imported at its first use, so that ``batchlog.arrow``
+#: and ``batchlog.errors`` (no Spark, no JVM) import without pyspark.
+_LAZY: dict[str, str] = {
+    "configure": "batchlog._configure",
+    "jar_path": "batchlog._jars",
+    "SinkLog": "batchlog.sinklog",
+    "await_query": "batchlog._jvm",
+    "query_error": "batchlog._jvm",
+    "query_exception": "batchlog._jvm",
+    "Action": "batchlog.ops",
+    "adopt": "batchlog.ops",
+    "adopt_action": "batchlog.ops",
+    "cascade_action": "batchlog.ops",
+    "read": "batchlog.ops",
+    "repair": "batchlog.ops",
+    "repair_action": "batchlog.ops",
+    "rewind": "batchlog.ops",
+    "rewind_action": "batchlog.ops",
+    "takeover": "batchlog.ops",
+    "takeover_action": "batchlog.ops",
+    "vacuum": "batchlog.ops",
+    "vacuum_action": "batchlog.ops",
+    "verify": "batchlog.ops",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name == "reports":
+        return importlib.import_module("batchlog.reports")
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'batchlog' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "COMMIT_PROTOCOL_CLASS",
@@ -113,50 +160,3 @@ __all__ = [
     "vacuum_action",
     "verify",
 ]
-
-#: The value for ``spark.sql.streaming.commitProtocolClass``: the name of the JVM class
-#: ``io.batchlog.BatchTaggedCommitProtocol`` (tests check it against the jar).
-COMMIT_PROTOCOL_CLASS = "io.batchlog.BatchTaggedCommitProtocol"
-
-#: Spark's key that selects the sink's commit protocol. Needed before a JVM exists (to build a
-#: session), so it is written here too; a test checks it against ``BatchLogConf.CommitProtocolKey``.
-COMMIT_PROTOCOL_KEY = "spark.sql.streaming.commitProtocolClass"
-
-
-#: Spark's key for session extensions, and batchlog's: the ``BATCHLOG`` SQL statements and the
-#: ``batchlog_*`` table functions (``io.batchlog.sql.BatchLogExtensions``; a test checks both).
-EXTENSIONS_KEY = "spark.sql.extensions"
-EXTENSIONS_CLASS = _sql.EXTENSIONS_CLASS
-
-
-def configure(builder: SparkSession.Builder) -> SparkSession.Builder:
-    """``builder`` with batchlog added to the session's effective configuration: its jar for the
-    installed pyspark (:func:`jar_path`) added to ``spark.jars``, its commit protocol set and its
-    SQL extensions appended to ``spark.sql.extensions`` (they also stop a query that is not its
-    sink's writer as it starts, before Spark's sink skips its batches).
-
-    Added, never replaced: the jars and extensions the session would have without this call stay,
-    in their order, wherever they were set (:mod:`batchlog._effective_conf`): the builder's own
-    options, a running ``SparkContext``, ``spark-defaults.conf`` and ``PYSPARK_SUBMIT_ARGS``
-    (``--jars``, ``--packages``, ``--conf``) as ``pyspark`` and ``spark-submit`` load them. Where
-    ``PYSPARK_SUBMIT_ARGS`` names ``--jars`` and the JVM is not started yet, the jar is added there
-    too: ``spark-submit`` puts that list, not ``spark.jars``, on the driver's class path. Where
-    the JVM is not started yet and packages are to be fetched (``spark.jars.packages``, as
-    Delta's ``configure_spark_with_delta_pip`` sets: call it before this) and the builder sets no
-    ``spark.jars``, the jars go to ``PYSPARK_SUBMIT_ARGS``'s ``--jars`` only, so that the packages'
-    jars spark-submit adds to ``spark.jars`` stay there for the executors. A batchlog jar already
-    on the list (``--packages io.batchlog:...``) is not added twice.
-    """
-    effective = _effective_conf.EffectiveConf.of(builder)
-    jars = _effective_conf.with_batchlog_jar(effective.list_value("spark.jars"), jar_path())
-    extensions = effective.list_value(EXTENSIONS_KEY)
-    if EXTENSIONS_CLASS not in extensions:
-        extensions.append(EXTENSIONS_CLASS)
-    builder = builder.config(COMMIT_PROTOCOL_KEY, COMMIT_PROTOCOL_CLASS).config(
-        EXTENSIONS_KEY, ",".join(extensions)
-    )
-    if _effective_conf.packages_resolved_at_launch(builder, effective):
-        _effective_conf.submit_jars(jars)
-        return builder
-    _effective_conf.add_submit_jar(jar_path())
-    return builder.config("spark.jars", ",".join(jars))

@@ -16,10 +16,8 @@ from contextlib import contextmanager
 
 from pyspark.sql import DataFrame, Row, SparkSession
 
+from batchlog._names import EXTENSIONS_CLASS  # what the Connect server needs for batchlog's SQL
 from batchlog.errors import BatchLogError, error_for_code
-
-#: What the Connect server needs for the SQL side of batchlog.
-EXTENSIONS_CLASS = "io.batchlog.sql.BatchLogExtensions"
 
 _CODE = re.compile(r"\[BATCHLOG\.([A-Z_]+)\]\s*")
 
