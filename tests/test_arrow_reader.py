@@ -157,7 +157,8 @@ def test_a_damaged_index_is_not_trusted(golden: Path, tmp_path: Path) -> None:
 
 def test_it_reads_without_pyspark(golden: Path) -> None:
     """In a process where ``import pyspark`` fails, ``batchlog.arrow`` (and ``batchlog`` itself)
-    import and read a sink; nothing of pyspark or py4j is loaded."""
+    import and read a sink, and the CLI's ``files`` answers; nothing of pyspark or py4j is
+    loaded."""
     out = golden / "plain" / "out"
     script = f"""
 import importlib.abc, sys
@@ -170,6 +171,8 @@ from batchlog import arrow
 log = arrow.SinkLog({str(out)!r})
 print(log.latest_batch(), log.batches(), len(log.files(3)))
 print(arrow.dataset({str(out)!r}, batches="3").to_table().num_rows)
+from batchlog.__main__ import main  # the CLI's files on a local sink: no JVM either
+assert main(["files", {str(out)!r}, "--batch", "3"]) == 0
 print(sorted(m for m in sys.modules if m.split(".")[0] in ("pyspark", "py4j")))
 """
     env = {**os.environ, "PYTHONPATH": str(REPO / "python")}
@@ -178,7 +181,10 @@ print(sorted(m for m in sys.modules if m.split(".")[0] in ("pyspark", "py4j")))
     )
     assert done.returncode == 0, done.stderr
     files3 = len(_expected("plain")["files"]["3"])
-    assert done.stdout.split("\n")[:3] == [f"6 [0, 1, 2, 3, 4, 5, 6] {files3}", "4", "[]"]
+    lines = done.stdout.split("\n")
+    assert lines[:2] == [f"6 [0, 1, 2, 3, 4, 5, 6] {files3}", "4"]
+    assert sorted(lines[2 : 2 + files3]) == sorted(_expected("plain")["files"]["3"])
+    assert lines[2 + files3] == "[]"
 
 
 # ---- live sinks written in this run: both readers give the same answers ----------------------

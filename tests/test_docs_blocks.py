@@ -101,6 +101,7 @@ SKIPPED = {
     "docs/user-guide/cli.md": 1,
     "docs/user-guide/data-source.md": 1,
     "docs/user-guide/rewind.md": 1,
+    "docs/user-guide/without-spark.md": 1,
 }
 
 #: The sink's settings on every page (docs/runbook/index.md says them).
@@ -503,6 +504,7 @@ PAGES: dict[str, Callable[[Ctx], None] | None] = {
     "docs/user-guide/rewind.md": None,
     "docs/user-guide/one-writer.md": None,
     "docs/user-guide/cli.md": None,
+    "docs/user-guide/without-spark.md": None,
     "docs/user-guide/walkthrough.md": None,
     "docs/runbook/deleted-spark-metadata.md": None,
     "docs/runbook/damaged-compact.md": None,

@@ -1,6 +1,8 @@
 """The batchlog command line: ``python -m batchlog COMMAND ...``.
 
-Argument parsing and printing only; every command calls the JVM through the Python API.
+Argument parsing and printing only; every command calls the JVM through the Python API, except
+``files`` on a local sink, which :mod:`batchlog.arrow` answers without starting a JVM (a JVM's
+start takes 20-40 s here; this takes well under one).
 """
 
 from __future__ import annotations
@@ -9,17 +11,20 @@ import argparse
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-
-from pyspark.sql import SparkSession
+from typing import TYPE_CHECKING
+from urllib.parse import urlparse
 
 import batchlog
 from batchlog import _cli_render as render
-from batchlog import ops
 from batchlog._cli_util import human_bytes
-from batchlog._jvm import batchlog_package
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 def _session(confs: list[str]) -> SparkSession:
+    from pyspark.sql import SparkSession
+
     builder = (
         batchlog.configure(SparkSession.builder)
         .master("local[2]")
@@ -60,7 +65,7 @@ def cmd_rewind(spark: SparkSession, args: argparse.Namespace) -> int:
         raise batchlog.InvalidArgumentError(
             "--downstream names readers of a cascade: add --cascade"
         )
-    action = ops.rewind_action(spark, args.path, args.checkpoint, args.to_batch, args.force)
+    action = batchlog.rewind_action(spark, args.path, args.checkpoint, args.to_batch, args.force)
     render.rewind_plan(action.plan(), args.dry_run)
     if not args.dry_run:
         _flush()
@@ -71,7 +76,7 @@ def cmd_rewind(spark: SparkSession, args: argparse.Namespace) -> int:
 
 
 def _cascade(spark: SparkSession, args: argparse.Namespace) -> int:
-    action = ops.cascade_action(
+    action = batchlog.cascade_action(
         spark, args.path, args.checkpoint, args.to_batch, args.downstream, args.force
     )
     render.cascade_plan(action.plan(), args.dry_run)
@@ -82,7 +87,7 @@ def _cascade(spark: SparkSession, args: argparse.Namespace) -> int:
 
 
 def cmd_takeover(spark: SparkSession, args: argparse.Namespace) -> int:
-    action = ops.takeover_action(spark, args.path, args.checkpoint, args.force)
+    action = batchlog.takeover_action(spark, args.path, args.checkpoint, args.force)
     plan = action.plan()
     render.takeover_plan(plan)
     if plan.already_owner:
@@ -111,7 +116,7 @@ def cmd_verify(spark: SparkSession, args: argparse.Namespace) -> int:
 
 
 def cmd_repair(spark: SparkSession, args: argparse.Namespace) -> int:
-    action = ops.repair_action(spark, args.path, args.force, args.compact_interval)
+    action = batchlog.repair_action(spark, args.path, args.force, args.compact_interval)
     plan = action.plan()
     render.repair_state(plan)
     if not plan.needed and not args.force:
@@ -143,7 +148,7 @@ def cmd_repair(spark: SparkSession, args: argparse.Namespace) -> int:
 
 def cmd_vacuum(spark: SparkSession, args: argparse.Namespace) -> int:
     dry = not args.apply
-    action = ops.vacuum_action(spark, args.path, args.older_than)
+    action = batchlog.vacuum_action(spark, args.path, args.older_than)
     plan = action.plan()
     render.vacuum_plan(plan, args.older_than, dry)
     if dry:
@@ -274,6 +279,8 @@ def parser() -> argparse.ArgumentParser:
 
 def fence_wait_key(spark: SparkSession) -> str:
     """``spark.batchlog.writer.fenceWait``, as the JVM defines it."""
+    from batchlog._jvm import batchlog_package
+
     return str(batchlog_package(spark).BatchLogConf.FenceWaitKey())
 
 
@@ -306,8 +313,35 @@ def run(spark: SparkSession, args: argparse.Namespace) -> int:
         return 2
 
 
+def _without_jvm(args: argparse.Namespace) -> bool:
+    """Whether :mod:`batchlog.arrow` answers the command: a read-only one it serves (``files``),
+    on a local sink (a store's settings are the JVM's ``--conf``), when pyarrow is installed."""
+    if args.fn is not cmd_files or args.conf or urlparse(args.path).scheme not in ("", "file"):
+        return False
+    try:
+        import batchlog.arrow  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _files_without_jvm(args: argparse.Namespace) -> int:
+    from batchlog import arrow
+
+    try:
+        for path in arrow.SinkLog(args.path).files(args.batch):
+            print(path)
+    except batchlog.BatchLogError as e:
+        # as the JVM's reads say it: a read changes nothing
+        print(f"batchlog: {type(e).__name__}: {e} Nothing was changed.", file=sys.stderr)
+        return 2
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if _without_jvm(args):
+        return _files_without_jvm(args)
     spark = _session(args.conf)
     try:
         return run(spark, args)
