@@ -107,6 +107,22 @@ def judge_lookups(fig: Figures, lines: list[Line], ratio: Any, below: Any) -> No
     below(f"rewind dry run, {hi:,}-batch sink log", rewind and [x / 1000 for x in rewind], 2, "s")
 
 
+def judge_arrow(fig: Figures, lines: list[Line], ratio: Any, below: Any) -> None:
+    """Issue 44's reader without Spark (bench/arrow_reader.py): files(b) on a 1M-entry sink under
+    100 ms and a 1,000-batch sink opened under 50 ms, no JVM; beside the JVM's figures."""
+    for m in ("files(batch)", "batch_of(path)"):
+        ns = sorted(n for (measure, impl, n) in fig if measure == m and impl == "arrow")
+        for n in ns:
+            xs = fig.get((m, "arrow", n))
+            if m == "files(batch)" and n == 1_000_000:
+                below(f"{m} without a JVM, {size(n)} entries", xs, 100, "ms")
+            jvm = fig.get((m, "batchlog", n))
+            ratio(f"{m}, batchlog.arrow vs the JVM, {size(n)}", xs, jvm, 1.0)
+    opened = fig.get(("open", "arrow", 1000))
+    if opened or any(impl == "arrow" for (_, impl, _) in fig):
+        below("a 1,000-batch sink opened without a JVM", opened, 50, "ms")
+
+
 def judge(fig: Figures) -> list[Line]:
     lines: list[Line] = []
 
@@ -210,6 +226,7 @@ def judge(fig: Figures) -> list[Line]:
         "s",
     )
     judge_lookups(fig, lines, ratio, below)
+    judge_arrow(fig, lines, ratio, below)
     replayed = get("replay after rewind: rows exactly once", "batchlog")
     if replayed is not None:
         lines.append(
