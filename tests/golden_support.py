@@ -85,6 +85,25 @@ def root_lock() -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
+@contextlib.contextmanager
+def every_sink_installed() -> Iterator[Path]:
+    """Every golden sink put back at its path, :data:`ROOT` locked, for the block; removed after."""
+    with root_lock():
+        for name in SINKS:
+            install(name)
+        try:
+            yield ROOT
+        finally:
+            for name in SINKS:
+                clean(name)
+
+
+def expected(name: str) -> dict[str, Any]:
+    """What the version that wrote the golden sink ``name`` answered (``expected.json``)."""
+    found: dict[str, Any] = json.loads((GOLDEN_DIR / name / "expected.json").read_text())
+    return found
+
+
 def sink_dir(name: str) -> Path:
     return ROOT / name
 

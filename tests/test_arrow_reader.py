@@ -30,27 +30,17 @@ from batchlog.errors import (
     NotASinkError,
 )
 from conftest import COMPACT_INTERVAL_KEY, batch_rows, drop_inputs, run_stream
-from golden_support import GOLDEN_DIR, SINKS, clean, install, root_lock
+from golden_support import SINKS, every_sink_installed, expected, install
 from pyspark.sql import SparkSession
 from storage_support import RemoteFs, run_query, s3  # noqa: F401  (s3: the fixture)
 from support import REPO, batchlog, session_conf
 
 
-def _expected(name: str) -> dict[str, Any]:
-    found: dict[str, Any] = json.loads((GOLDEN_DIR / name / "expected.json").read_text())
-    return found
-
-
 @pytest.fixture(scope="module")
 def golden() -> Iterator[Path]:
     """Every golden sink put back where it was written (the lock held for the module)."""
-    with root_lock():
-        roots = [install(name) for name in SINKS]
-        try:
-            yield roots[0].parent
-        finally:
-            for name in SINKS:
-                clean(name)
+    with every_sink_installed() as root:
+        yield root
 
 
 def _rows(table: Any) -> list[str]:
@@ -59,7 +49,7 @@ def _rows(table: Any) -> list[str]:
 
 @pytest.mark.parametrize("name", sorted(SINKS))
 def test_a_golden_sink_reads_as_the_jvm_read_it(golden: Path, name: str) -> None:
-    want = _expected(name)
+    want = expected(name)
     log = arrow.SinkLog(str(golden / name / SINKS[name]["out"]))
     assert log.latest_batch() == want["latest_batch"]
     assert log.batches() == want["batches"]
@@ -78,7 +68,7 @@ def test_a_golden_sink_reads_as_the_jvm_read_it(golden: Path, name: str) -> None
 
 def test_as_of_batch_and_batch_ranges(golden: Path) -> None:
     out = str(golden / "plain" / "out")
-    want = _expected("plain")["read_by_batch"]
+    want = expected("plain")["read_by_batch"]
     upto = sorted(r for b in range(4) for r in want[str(b)])
     assert _rows(arrow.dataset(out, as_of_batch=3).to_table()) == upto
     assert _rows(arrow.dataset(out, batches="0-3").to_table()) == upto
@@ -115,7 +105,7 @@ def test_bit_rot_in_a_compact_file_is_corrupt_log(golden: Path, tmp_path: Path) 
         log.files(0)
     with pytest.raises(CorruptLogError, match="python -m batchlog repair"):
         log.entries()
-    assert sorted(log.files(3)) == sorted(_expected("plain")["files"]["3"])
+    assert sorted(log.files(3)) == sorted(expected("plain")["files"]["3"])
 
 
 def test_a_bad_header_a_lost_batch_file_and_no_sink(golden: Path, tmp_path: Path) -> None:
@@ -139,7 +129,7 @@ def test_a_bad_header_a_lost_batch_file_and_no_sink(golden: Path, tmp_path: Path
 def test_a_damaged_index_is_not_trusted(golden: Path, tmp_path: Path) -> None:
     """An index truncated, of another compact file, or of a newer version: not used (the compact
     file is read whole instead), never an error, and the answers are the same."""
-    want = _expected("plain")
+    want = expected("plain")
     for damage in ("truncate", "other", "newer"):
         out = _copy(golden, "plain", tmp_path / damage)
         index = out / "_spark_metadata" / "5.compact.index"
@@ -180,10 +170,10 @@ print(sorted(m for m in sys.modules if m.split(".")[0] in ("pyspark", "py4j")))
         [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120
     )
     assert done.returncode == 0, done.stderr
-    files3 = len(_expected("plain")["files"]["3"])
+    files3 = len(expected("plain")["files"]["3"])
     lines = done.stdout.split("\n")
     assert lines[:2] == [f"6 [0, 1, 2, 3, 4, 5, 6] {files3}", "4"]
-    assert sorted(lines[2 : 2 + files3]) == sorted(_expected("plain")["files"]["3"])
+    assert sorted(lines[2 : 2 + files3]) == sorted(expected("plain")["files"]["3"])
     assert lines[2 + files3] == "[]"
 
 

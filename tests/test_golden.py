@@ -24,33 +24,22 @@ from golden_support import (
     INFER,
     SINKS,
     answers,
-    clean,
+    every_sink_installed,
+    expected,
     install,
     plain_reads,
-    root_lock,
 )
 from golden_support import ROOT as GOLDEN_ROOT
 from pyspark.sql import SparkSession
 from support import QUERY_TIMEOUT_S, batchlog, session_conf
 
 
-def _expected(name: str) -> dict[str, Any]:
-    found: dict[str, Any] = json.loads((GOLDEN_DIR / name / "expected.json").read_text())
-    return found
-
-
 @pytest.fixture(scope="module")
 def plain() -> Iterator[dict[str, dict[str, Any]]]:
     """Every golden sink put back at its path (the lock on ``/tmp/batchlog-golden`` held for the
     module), and what plain Spark reads from each (one process for all)."""
-    with root_lock():
-        for name in SINKS:
-            install(name)
-        try:
-            yield plain_reads(list(SINKS))
-        finally:
-            for name in SINKS:
-                clean(name)
+    with every_sink_installed():
+        yield plain_reads(list(SINKS))
 
 
 def test_every_golden_sink_is_tested() -> None:
@@ -62,7 +51,7 @@ def test_every_golden_sink_is_tested() -> None:
 def test_golden_sink_reads_as_written(
     spark: SparkSession, plain: dict[str, dict[str, Any]], name: str
 ) -> None:
-    expected = _expected(name)
+    want = expected(name)
     found = answers(spark, name, plain[name])
     # the sink's own facts first, so that a failure says which answer changed
     for key in [
@@ -78,7 +67,7 @@ def test_golden_sink_reads_as_written(
         "plain_spark",
         "downstream_restart",
     ]:
-        assert found.get(key) == expected.get(key), key
+        assert found.get(key) == want.get(key), key
     assert found["verify"]["healthy"] is True
     assert found["verify"]["log_errors"] == []
     # every file of a batch is that batch's; every row read by batch is a row plain Spark reads
@@ -98,7 +87,7 @@ def test_golden_sink_reads_as_written(
 def test_a_newer_index_version_is_read_by_a_scan_and_left_alone(
     spark: SparkSession, plain: dict[str, dict[str, Any]]
 ) -> None:
-    expected = _expected("plain")
+    want = expected("plain")
     out = GOLDEN_ROOT / "plain" / "out"
     index = out / "_spark_metadata" / "5.compact.index"
     lines = index.read_text().splitlines()
@@ -106,13 +95,11 @@ def test_a_newer_index_version_is_read_by_a_scan_and_left_alone(
     index.write_text(newer)
     try:
         log = batchlog.SinkLog(spark, str(out))
-        assert log.batches() == expected["batches"]
-        assert {str(b): sorted(log.files(b)) for b in log.batches()} == expected["files"]
+        assert log.batches() == want["batches"]
+        assert {str(b): sorted(log.files(b)) for b in log.batches()} == want["files"]
         report = batchlog.verify(spark, str(out))
         assert report.healthy and report.index_problems == [] and report.log_errors == []
-        assert (
-            report.indexes_rebuilt_in_memory == expected["verify"]["indexes_rebuilt_in_memory"] + 1
-        )
+        assert report.indexes_rebuilt_in_memory == want["verify"]["indexes_rebuilt_in_memory"] + 1
         repair = batchlog.repair(spark, str(out), dry_run=True, quiet=True)
         assert (repair.needed, repair.index_problems, repair.written) == (False, [], False)
         assert index.read_text() == newer  # left for the version that wrote it
