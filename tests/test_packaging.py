@@ -165,6 +165,60 @@ def test_the_wheel_carries_one_jar_per_line(batchlog_jar: str, tmp_path: Path) -
     )
     assert "Requires-Dist: pyspark<4.4,>=3.5" in meta
     assert "batchlog/__main__.py" in names and "batchlog/py.typed" in names
+    # what a registry (PyPI) checks, and what a user reads there
+    for field in (
+        "License-Expression: Apache-2.0",
+        "License-File: LICENSE",
+        "Requires-Python: >=3.9",
+        "Classifier: Programming Language :: Python :: 3.13",
+        "Classifier: Typing :: Typed",
+        "Project-URL: Homepage, https://github.com/batchlog/batchlog",
+        "Provides-Extra: arrow",
+        "Description-Content-Type: text/markdown",
+    ):
+        assert field in meta, field
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
+    twine = subprocess.run(
+        [str(REPO / ".venv" / "bin" / "twine"), "check", "--strict", str(wheel)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert twine.returncode == 0 and "PASSED" in twine.stdout, twine.stdout + twine.stderr
+    # a fresh virtualenv: the wheel alone (and its pyspark), then the CLI's --version
+    venv = tmp_path / "venv"
+    install = subprocess.run(
+        [str(REPO / "dev" / "pip-install"), str(venv), f"{wheel}[arrow]", _pin("pyspark")],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert install.returncode == 0, install.stdout + install.stderr
+    version = subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "batchlog", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,  # not the repository: the installed package, not python/
+    )
+    assert version.returncode == 0, version.stderr
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    pyspark = _pin("pyspark").split("==")[1]
+    assert version.stdout.splitlines() == [
+        f"batchlog {_version()}",
+        f"jar {site}/batchlog/jars/batchlog-spark-4.3_2.13.jar for pyspark {pyspark}",
+    ]
+
+
+def _pin(package: str) -> str:
+    """``package==version`` as python/requirements-dev.txt pins it (the primary line's pyspark)."""
+    lines = (REPO / "python" / "requirements-dev.txt").read_text().splitlines()
+    return next(line for line in lines if line.startswith(f"{package}=="))
+
+
+def _version() -> str:
+    text = (REPO / "python" / "pyproject.toml").read_text()
+    return text.split('version = "', 1)[1].split('"', 1)[0]
 
 
 def test_package_refuses_a_wheel_that_lacks_a_line(tmp_path: Path) -> None:

@@ -184,8 +184,43 @@ def _wait_option(s: argparse.ArgumentParser, default: str = "lease") -> None:
     )
 
 
+def version_text() -> str:
+    """``batchlog <version>`` and the jar chosen for the installed pyspark (or why there is none):
+    what ``--version`` prints, without starting a JVM."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        mine = version("batchlog")
+    except PackageNotFoundError:
+        mine = "(not installed)"
+    try:
+        import pyspark
+
+        from batchlog._jars import jar_path
+
+        try:
+            jar = f"jar {jar_path()} for pyspark {pyspark.__version__}"
+        except batchlog.BatchLogError as e:
+            jar = f"no jar for pyspark {pyspark.__version__}: {e}"
+    except ImportError:
+        jar = "pyspark is not installed (batchlog.arrow reads sinks without it)"
+    return f"batchlog {mine}\n{jar}"
+
+
+class _Version(argparse.Action):
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        print(version_text())
+        parser.exit()
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m batchlog", description=__doc__)
+    p.add_argument(
+        "--version",
+        nargs=0,
+        action=_Version,
+        help="print batchlog's version and the jar chosen for the installed pyspark",
+    )
     p.add_argument(
         "--conf",
         action="append",
