@@ -10,7 +10,12 @@ lazy val line: SparkLine =
   SparkLines.selected(file("project/spark-lines.tsv"), sys.env.get("BATCHLOG_SPARK_LINE"))
 
 ThisBuild / organization := "io.batchlog"
-ThisBuild / version := "0.1.0"
+// The version is said once, in python/pyproject.toml: the wheel and the jars carry the same one.
+ThisBuild / version := {
+  val toml = IO.read((ThisBuild / baseDirectory).value / "python" / "pyproject.toml")
+  "(?m)^version = \"([^\"]+)\"".r.findFirstMatchIn(toml).map(_.group(1))
+    .getOrElse(sys.error("python/pyproject.toml names no version"))
+}
 ThisBuild / versionScheme := Some("early-semver")
 // Must equal the scala-library the line's Spark ships.
 ThisBuild / scalaVersion := line.scala

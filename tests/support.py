@@ -28,6 +28,14 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def project_version() -> str:
+    """batchlog's version, as python/pyproject.toml says it (build.sbt takes it from there)."""
+    text = (REPO / "python" / "pyproject.toml").read_text()
+    return text.split('\nversion = "', 1)[1].split('"', 1)[0]
+
+
 PYTHON_DIR = REPO / "python"
 if str(PYTHON_DIR) not in sys.path:
     sys.path.insert(0, str(PYTHON_DIR))

@@ -31,7 +31,7 @@ from golden_support import (
 )
 from golden_support import ROOT as GOLDEN_ROOT
 from pyspark.sql import SparkSession
-from support import QUERY_TIMEOUT_S, batchlog, session_conf
+from support import QUERY_TIMEOUT_S, batchlog, project_version, session_conf
 
 
 @pytest.fixture(scope="module")
@@ -122,10 +122,20 @@ def test_a_newer_sink_record_is_refused_and_left_alone(
             batchlog.rewind(spark, str(out), str(chk), spec["rewind_to"], dry_run=True, quiet=True)
         assert (
             f"batchlog's record file:{record} is of version 2, written by a newer batchlog; this "
-            "batchlog reads version 1 and neither uses nor changes it. Use the newer batchlog on "
-            "this sink (see docs/format.md, Versions)."
+            f"batchlog ({project_version()}) reads version 1 and neither uses nor changes it. Use "
+            "the newer batchlog on this sink (see docs/format.md, Versions)."
         ) in str(raised.value)
         assert record.read_bytes() == before
+        # a newer release names itself, and its record is refused by its version alone, whatever
+        # its other fields (here: none of version 1's)
+        record.write_text(json.dumps({"version": 3, "writtenBy": "0.7.0", "layout": {}}))
+        with pytest.raises(batchlog.CorruptLogError) as raised:
+            batchlog.rewind(spark, str(out), str(chk), spec["rewind_to"], dry_run=True, quiet=True)
+        assert (
+            f"batchlog's record file:{record} is of version 3, written by batchlog 0.7.0; this "
+            f"batchlog ({project_version()}) reads version 1 and neither uses nor changes it. Use "
+            "batchlog 0.7.0 or later on this sink (see docs/format.md, Versions)."
+        ) in str(raised.value)
     finally:
         install("plain")
 

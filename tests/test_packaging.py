@@ -16,6 +16,7 @@ import batchlog
 import pytest
 from batchlog import _jars
 from conftest import REPO
+from support import project_version
 
 LINES = [
     line.split("\t")
@@ -205,7 +206,7 @@ def test_the_wheel_carries_one_jar_per_line(batchlog_jar: str, tmp_path: Path) -
     site = next((venv / "lib").glob("python3*/site-packages"))
     pyspark = _pin("pyspark").split("==")[1]
     assert version.stdout.splitlines() == [
-        f"batchlog {_version()}",
+        f"batchlog {project_version()}",
         f"jar {site}/batchlog/jars/batchlog-spark-4.3_2.13.jar for pyspark {pyspark}",
     ]
 
@@ -214,11 +215,6 @@ def _pin(package: str) -> str:
     """``package==version`` as python/requirements-dev.txt pins it (the primary line's pyspark)."""
     lines = (REPO / "python" / "requirements-dev.txt").read_text().splitlines()
     return next(line for line in lines if line.startswith(f"{package}=="))
-
-
-def _version() -> str:
-    text = (REPO / "python" / "pyproject.toml").read_text()
-    return text.split('version = "', 1)[1].split('"', 1)[0]
 
 
 def test_package_refuses_a_wheel_that_lacks_a_line(tmp_path: Path) -> None:

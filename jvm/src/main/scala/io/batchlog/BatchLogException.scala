@@ -135,12 +135,19 @@ object BatchLogException {
     )
   }
 
-  def newerRecord(file: String, version: Long, supported: Long): BatchLogException =
+  def newerRecord(
+      file: String,
+      version: Long,
+      supported: Long,
+      writtenBy: Option[String] = None
+  ): BatchLogException =
     new BatchLogException(
       CorruptLog,
-      s"batchlog's record $file is of version $version, written by a newer batchlog; this " +
-        s"batchlog reads version $supported and neither uses nor changes it. Use the newer " +
-        "batchlog on this sink (see docs/format.md, Versions)."
+      s"batchlog's record $file is of version $version, written by " +
+        writtenBy.fold("a newer batchlog")(r => s"batchlog $r") + "; this " +
+        s"batchlog (${BuildInfo.version}) reads version $supported and neither uses nor " +
+        "changes it. Use " + writtenBy.fold("the newer batchlog")(r => s"batchlog $r or later") +
+        " on this sink (see docs/format.md, Versions)."
     )
 
   def missingLogFile(file: String, why: String): BatchLogException = new BatchLogException(

@@ -111,8 +111,11 @@ class JsonRecordFile[T <: AnyRef: Manifest](val fileName: String) {
     finally in.close()
 
   private def parse(p: Path, text: String): Option[T] =
-    try Some(checked(p, Serialization.read[T](text)))
-    catch {
+    try {
+      val json = org.json4s.jackson.JsonMethods.parse(text)
+      precheck(p, json)
+      Some(checked(p, json.extract[T]))
+    } catch {
       case e: BatchLogException => throw e
       case e: Exception =>
         throw new BatchLogException(
@@ -129,6 +132,13 @@ class JsonRecordFile[T <: AnyRef: Manifest](val fileName: String) {
    * version). Fields a record does not know are ignored when read and not written back.
    */
   protected def checked(p: Path, record: T): T = record
+
+  /**
+   * Called with the record's JSON before it is read as a `T`: a record this batchlog must refuse (a
+   * newer version's) is refused here, by its version, even when its other fields are not those a
+   * `T` needs. Nothing by default.
+   */
+  protected def precheck(p: Path, json: org.json4s.JValue): Unit = ()
 
   /**
    * Replaces the record (atomically) in `_batchlog/`, creating the directory if it is missing, and

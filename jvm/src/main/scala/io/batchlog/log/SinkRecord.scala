@@ -4,7 +4,7 @@ import org.apache.hadoop.fs.{FileAlreadyExistsException, Path}
 
 import io.batchlog.shim.CheckpointFileManager
 
-import io.batchlog.BatchLogException
+import io.batchlog.{BatchLogException, BuildInfo}
 
 /** A query that writes (or wrote) a sink, from batch `fromBatch` on. */
 final case class SinkOwner(queryId: String, fromBatch: Long, sinceMs: Long)
@@ -26,13 +26,17 @@ final case class SinkOwner(queryId: String, fromBatch: Long, sinceMs: Long)
  *     `repair` has the layout the restarting query expects even when no compact file survived.
  *   - `seq`: the record's version, one more at every change made by [[SinkRecord.compareAndSet]] (0
  *     in records written before it existed).
+ *   - `writtenBy`: the batchlog release that last changed the record (absent in records written
+ *     before it existed). A batchlog that must refuse a record of a newer `version` names it: the
+ *     release the user needs.
  */
 final case class SinkRecord(
     version: Int,
     compactInterval: Int,
     epoch: Long,
     owners: List[SinkOwner],
-    seq: Long = 0L
+    seq: Long = 0L,
+    writtenBy: Option[String] = None
 ) {
   def owner: Option[SinkOwner] = owners.lastOption
 
@@ -54,9 +58,16 @@ object SinkRecord extends JsonRecordFile[SinkRecord]("batchlog-sink.json") {
    * the fields it does not know, and a newer version raises `version` only when an older one must
    * not act on the sink.
    */
-  override protected def checked(p: Path, record: SinkRecord): SinkRecord =
-    if (record.version <= Version) record
-    else throw BatchLogException.newerRecord(p.toString, record.version.toLong, Version.toLong)
+  override protected def precheck(p: Path, json: org.json4s.JValue): Unit =
+    (json \ "version", json \ "writtenBy") match {
+      case (org.json4s.JInt(v), by) if v > Version =>
+        val release = by match {
+          case org.json4s.JString(r) => Some(r)
+          case _ => None
+        }
+        throw BatchLogException.newerRecord(p.toString, v.toLong, Version.toLong, release)
+      case _ =>
+    }
 
   /** Another process changed the record since `expected` was read; nothing was written. */
   final class Conflict(val file: Path, val expected: Long, val current: Option[SinkRecord])
@@ -95,7 +106,7 @@ object SinkRecord extends JsonRecordFile[SinkRecord]("batchlog-sink.json") {
       next: SinkRecord
   ): SinkRecord = {
     val seq = expected.map(_.seq + 1).getOrElse(1L)
-    val record = next.copy(seq = seq)
+    val record = next.copy(seq = seq, writtenBy = Some(BuildInfo.version))
     val claim = versionPath(metadataPath, seq)
     try publishRecordFile(fm, claim, overwrite = false)(out => out.write(bytes(record)))
     catch {
