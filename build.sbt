@@ -17,6 +17,20 @@ ThisBuild / version := {
     .getOrElse(sys.error("python/pyproject.toml names no version"))
 }
 ThisBuild / versionScheme := Some("early-semver")
+
+// What a registry (Maven Central) requires of every POM. The project's home is said once, in
+// python/pyproject.toml's [project.urls]: the wheel and the POMs point at the same place.
+lazy val projectHome: String = {
+  val toml = IO.read(file("python/pyproject.toml"))
+  "(?m)^Homepage = \"([^\"]+)\"".r.findFirstMatchIn(toml).map(_.group(1))
+    .getOrElse(sys.error("python/pyproject.toml names no Homepage"))
+}
+ThisBuild / homepage := Some(url(projectHome))
+ThisBuild / licenses := Seq("Apache-2.0" -> url("https://www.apache.org/licenses/LICENSE-2.0.txt"))
+ThisBuild / scmInfo := Some(ScmInfo(url(projectHome), s"scm:git:$projectHome.git"))
+ThisBuild / developers := List(
+  Developer("batchlog", "The batchlog authors", "", url(projectHome))
+)
 // Must equal the scala-library the line's Spark ships.
 ThisBuild / scalaVersion := line.scala
 
@@ -111,6 +125,8 @@ lazy val batchlog = (project in file("jvm"))
   .settings(
     name := s"batchlog-spark-${line.line}",
     moduleName := name.value, // keep the dot: batchlog-spark-4.3_2.13, not 4-3
+    description := s"batchlog for Spark ${line.line}: a batch-tagged metadata log and commit " +
+      "protocol for Structured Streaming's file sink (inspect, rewind, verify, repair by batch)",
     sparkLayout := line.layout,
     Compile / unmanagedSourceDirectories +=
       baseDirectory.value / "src" / "main" / s"spark-${sparkLayout.value}",
@@ -150,12 +166,15 @@ lazy val batchlog = (project in file("jvm"))
     }.taskValue,
     // The Maven coordinates io.batchlog:batchlog-spark-<line>_<scala>:<version>, published to a
     // Maven repository folder (dist/maven) that spark-submit --packages --repositories file://...
-    // reads. No Scaladoc jar: the repository is local, not Maven Central.
+    // reads. With its sources and its Scaladoc (the -javadoc jar), as Maven Central requires:
+    // dev/maven-check applies Central's rules to every artifact there.
     publishTo := Some(MavenCache(
       "batchlog-dist",
       (ThisBuild / baseDirectory).value / "dist" / "maven"
     )),
-    Compile / packageDoc / publishArtifact := false,
+    Compile / packageDoc / publishArtifact := true,
+    Test / packageDoc / publishArtifact := false, // it would follow Compile's (Test extends it)
+    Compile / doc / scalacOptions ++= Seq("-doc-title", s"batchlog ${version.value}"),
     // dist/maven is this checkout's build output: a second `dev/line <line> jar` or `dev/package`
     // replaces the artifacts of the same version the first one wrote instead of failing on them.
     publishConfiguration := publishConfiguration.value.withOverwrite(true),

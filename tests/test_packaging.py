@@ -237,3 +237,73 @@ def test_package_refuses_a_wheel_that_lacks_a_line(tmp_path: Path) -> None:
     assert proc.returncode == 1
     assert "lacks batchlog-spark-3.5_2.12.jar batchlog-spark-3.5_2.13.jar" in proc.stderr
     assert not list(tmp_path.glob("*.whl"))
+
+
+# ---- Maven Central's rules (dev/maven-check) -------------------------------------------------
+
+POM = """<?xml version='1.0' encoding='UTF-8'?>
+<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion><groupId>io.batchlog</groupId>
+  <artifactId>batchlog-spark-4.3_2.13</artifactId><version>0.1.0</version>
+  <name>batchlog-spark-4.3</name><description>d</description><url>https://x.example</url>
+  <licenses><license><name>Apache-2.0</name><url>https://x.example/l</url></license></licenses>
+  <scm><url>https://x.example</url><connection>scm:git:https://x.example.git</connection></scm>
+  DEVELOPERS
+</project>
+"""
+
+
+def _artifact(repo: Path, developers: bool = True) -> Path:
+    """A Maven repository folder holding one artifact as sbt publishes it (sums beside each)."""
+    import hashlib
+
+    d = repo / "io" / "batchlog" / "batchlog-spark-4.3_2.13" / "0.1.0"
+    d.mkdir(parents=True)
+    base = "batchlog-spark-4.3_2.13-0.1.0"
+    dev = "<developers><developer><name>n</name></developer></developers>" if developers else ""
+    (d / f"{base}.pom").write_text(POM.replace("DEVELOPERS", dev))
+    for suffix, member in (
+        ("", "io/A.class"),
+        ("-sources", "io/A.scala"),
+        ("-javadoc", "index.html"),
+    ):
+        with zipfile.ZipFile(d / f"{base}{suffix}.jar", "w") as z:
+            z.writestr(member, "x")
+    for f in list(d.iterdir()):
+        for algo in ("md5", "sha1"):
+            (d / f"{f.name}.{algo}").write_text(hashlib.new(algo, f.read_bytes()).hexdigest())
+    return d
+
+
+def _maven_check(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            str(REPO / ".venv" / "bin" / "python"),
+            str(REPO / "dev" / "maven-check"),
+            str(repo),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_maven_check_passes_a_complete_artifact_and_names_each_missing_part(tmp_path: Path) -> None:
+    good = _maven_check(_artifact(tmp_path / "good").parents[3])
+    assert good.returncode == 0, good.stdout
+    assert "batchlog-spark-4.3_2.13:0.1.0  ok" in good.stdout
+
+    d = _artifact(tmp_path / "bad", developers=False)
+    (d / "batchlog-spark-4.3_2.13-0.1.0-javadoc.jar").unlink()
+    (d / "batchlog-spark-4.3_2.13-0.1.0.jar.sha1").write_text("0" * 40)
+    bad = _maven_check(
+        d.parents[3], "--require", "batchlog-spark-4.3_2.13", "batchlog-spark-3.5_2.12"
+    )
+    assert bad.returncode == 1
+    assert bad.stdout.splitlines()[1:3] == [
+        "batchlog-spark-4.3_2.13:0.1.0  FAILS: no developer name; "
+        "batchlog-spark-4.3_2.13-0.1.0.jar.sha1 does not match; "
+        "no batchlog-spark-4.3_2.13-0.1.0-javadoc.jar",
+        "batchlog-spark-3.5_2.12        FAILS: not in the repository",
+    ]
