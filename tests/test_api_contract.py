@@ -68,3 +68,26 @@ def test_reports_keep_read_access_by_json_key() -> None:
         r["nope"]
     with pytest.raises(ValueError, match="different versions"):
         reports.from_dict(reports.BatchFiles, {"batchId": 7, "files": 2})
+
+
+def test_every_public_name_has_a_docstring() -> None:
+    """The Python reference (docs/reference/python.md) is generated from the docstrings: every
+    public name of ``batchlog`` and ``batchlog.arrow``, and every public method of their classes,
+    has one."""
+    import inspect
+
+    from batchlog import arrow
+
+    missing = []
+    for module, names in ((batchlog, batchlog.__all__), (arrow, arrow.__all__)):
+        for name in names:
+            obj = getattr(module, name)
+            if isinstance(obj, str) or inspect.ismodule(obj):
+                continue
+            members = vars(obj).items() if inspect.isclass(obj) else ()
+            for label, o in [(name, obj)] + [
+                (f"{name}.{m}", v) for m, v in members if not m.startswith("_") and callable(v)
+            ]:
+                if not inspect.getdoc(o):
+                    missing.append(f"{module.__name__}.{label}")
+    assert missing == []
