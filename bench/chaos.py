@@ -769,6 +769,12 @@ def campaign(spark: Any, args: argparse.Namespace, s3: S3 | None) -> int:
                     {"seed": seed, "after": n, "violation": failed, "shortest": len(short)}
                     | {"replay": command}
                 )
+            minutes = (time.monotonic() - start) / 60
+            print(
+                f"[chaos] world of seed {seed} ended after {n} operations; {done} in "
+                f"{minutes:.0f} of {args.minutes:.0f} min, {len(violations)} violations",
+                flush=True,
+            )
             if not args.keep_going or args.replay or time.monotonic() > deadline:
                 break
             seed += 1
