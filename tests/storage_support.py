@@ -36,7 +36,15 @@ import pytest
 from conftest import row_tuples
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
-from support import LEASE_FILE, QUERY_TIMEOUT_S, REPO, S3A_CLASSPATH, stop_group, wait_until
+from support import (
+    GCS_CLASSPATH,
+    LEASE_FILE,
+    QUERY_TIMEOUT_S,
+    REPO,
+    S3A_CLASSPATH,
+    stop_group,
+    wait_until,
+)
 
 PYSPARK_JARS = Path(pyspark.__file__).parent / "jars"
 STORAGE_TOOLS = REPO / ".tools" / "storage"
@@ -272,13 +280,98 @@ def create_bucket(endpoint: str, bucket: str) -> None:
 def cli_conf(store: str, spark: SparkSession) -> list[str]:
     """``--conf`` arguments (they go before the command) that let the CLI's own session reach
     ``store`` as the test's does."""
-    if not store.startswith("s3a://"):
+    if store.startswith("s3a://"):
+        classpath, keys = S3A_CLASSPATH, s3a_conf("").keys()
+    elif store.startswith("gs://"):
+        classpath, keys = GCS_CLASSPATH, gcs_conf("").keys()
+    else:
         return []
     hconf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
-    args = ["--conf", f"spark.driver.extraClassPath={S3A_CLASSPATH}"]
-    for k in s3a_conf("").keys():
+    args = ["--conf", f"spark.driver.extraClassPath={classpath}"]
+    for k in keys:
         args += ["--conf", f"spark.hadoop.{k}={hconf.get(k)}"]
     return args
+
+
+#: The bucket the GCS tests write to (the ``gcs`` fixture's server starts with it).
+GCS_BUCKET = "batchlog-tests"
+
+
+def gcs_conf(endpoint: str) -> dict[str, str]:
+    """Hadoop settings for ``gs://`` through Google's connector, on fake-gcs-server at
+    ``endpoint``. Hadoop 3.5's core-default.xml has defaults for its own GCS module under the
+    same keys, sizes written as ``64m``, which Google's connector reads as plain numbers: they
+    are set here in bytes. Google's newest connector here (3.1.3) was built for Hadoop 3.4."""
+    return {
+        "fs.gs.impl": "com.google.cloud.hadoop.fs.gcs.GoogleHadoopFileSystem",
+        "fs.AbstractFileSystem.gs.impl": "com.google.cloud.hadoop.fs.gcs.GoogleHadoopFS",
+        "fs.gs.storage.root.url": endpoint,
+        "fs.gs.auth.type": "UNAUTHENTICATED",
+        "fs.gs.project.id": "batchlog-tests",
+        "fs.gs.block.size": str(64 << 20),
+        "fs.gs.rewrite.max.chunk.size": str(512 << 20),
+        "fs.gs.outputstream.buffer.size": str(8 << 20),
+        "fs.gs.inputstream.inplace.seek.limit": str(8 << 20),
+        "fs.gs.inputstream.min.range.request.size": str(2 << 20),
+        # Parquet's vectored reads call a Hadoop 3.4 method that 3.5 changed (NoSuchMethodError
+        # in the connector's vectored read): plain reads instead
+        "parquet.hadoop.vectored.io.enabled": "false",
+    }
+
+
+def start_gcs(root: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """Starts fake-gcs-server (``dev/fake-gcs-server`` builds it) on a free loopback port, in
+    its own process group, holding the bucket :data:`GCS_BUCKET` in memory (its file-system
+    backend loses the connector's directory objects: a checkpoint's ``sources/0`` is then not
+    found); returns the process and its endpoint ``http://127.0.0.1:<port>``."""
+    built = subprocess.run(
+        [str(REPO / "dev" / "fake-gcs-server")], capture_output=True, text=True, timeout=1200
+    )
+    assert built.returncode == 0, built.stderr[-3000:]
+    (root / "data" / GCS_BUCKET).mkdir(parents=True, exist_ok=True)
+    [port] = _free_ports(1)
+    endpoint = f"http://127.0.0.1:{port}"
+    with open(root / "server.log", "wb") as out:
+        proc = subprocess.Popen(
+            [built.stdout.strip(), "-scheme", "http", "-host", "127.0.0.1", "-port", str(port)]
+            + ["-backend", "memory", "-data", str(root / "data"), "-external-url", endpoint]
+            + ["-log-level", "warn"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        wait_until(lambda: _answers(f"{endpoint}/storage/v1/b"), 60, "fake-gcs-server to start")
+        return proc, endpoint
+    except BaseException:
+        stop_server(proc)
+        raise
+
+
+def _answers(url: str) -> bool:
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:
+            return bool(r.status == 200)
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="session")
+def gcs(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``gs://batchlog-tests`` on fake-gcs-server started for the session, reached through
+    Google's Hadoop connector; the session's Hadoop configuration points ``gs://`` at it."""
+    if not Path(GCS_CLASSPATH).parent.is_dir():
+        pytest.fail(f"{GCS_CLASSPATH} is missing: run `dev/setup` in {REPO}", pytrace=False)
+    proc, endpoint = start_gcs(tmp_path_factory.mktemp("gcs"))
+    try:
+        hconf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
+        for k, v in gcs_conf(endpoint).items():
+            hconf.set(k, v)
+        yield f"gs://{GCS_BUCKET}"
+    finally:
+        stop_server(proc)
 
 
 @pytest.fixture(scope="session")

@@ -98,6 +98,9 @@ def pause_after_rewind_step_confs(step: str, pause_dir: Path) -> list[str]:
 #: hadoop-aws and its AWS SDK (``dev/setup`` fetches them): ``s3a://`` for the S3 tests.
 S3A_CLASSPATH = str(REPO / ".tools" / "storage" / "s3a" / "*")
 
+#: Google's Hadoop connector (``dev/setup`` fetches it): ``gs://`` for the GCS tests.
+GCS_CLASSPATH = str(REPO / ".tools" / "storage" / "gcs" / "*")
+
 
 MAINTENANCE_INTERVAL = "spark.sql.streaming.stateStore.maintenanceInterval"
 MAINTENANCE_S = 2
@@ -105,7 +108,8 @@ MAINTENANCE_S = 2
 
 def get_spark() -> SparkSession:
     """The one session of the test process: local[2], the batchlog jar, quiet logs, and
-    ``s3a://`` on its driver's class path (the ``s3`` fixture points it at its server)."""
+    ``s3a://`` and ``gs://`` on its driver's class path (the ``s3`` and ``gcs`` fixtures point
+    them at their servers)."""
     spark = (
         batchlog.configure(SparkSession.builder)
         .master("local[2]")
@@ -115,7 +119,7 @@ def get_spark() -> SparkSession:
         # a rewind waits out the state store maintenance a stopped query still owes (60 s by
         # default): 2 s keeps the stateful rewind tests short, and their late snapshots early
         .config(MAINTENANCE_INTERVAL, f"{MAINTENANCE_S}s")
-        .config("spark.driver.extraClassPath", S3A_CLASSPATH)
+        .config("spark.driver.extraClassPath", f"{S3A_CLASSPATH}:{GCS_CLASSPATH}")
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")

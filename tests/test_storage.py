@@ -25,10 +25,11 @@ from conftest import (
     drop_inputs,
 )
 from pyspark.sql import SparkSession
-from storage_support import (  # noqa: F401  (hdfs, s3: the fixtures)
+from storage_support import (  # noqa: F401  (gcs, hdfs, s3: the fixtures)
     RemoteFs,
     cli_conf,
     expected,
+    gcs,
     hdfs,
     rows,
     rows_of,
@@ -41,9 +42,9 @@ BATCHES = 7  # compactInterval 3: compact files 2 and 5
 REWIND_TO = 4
 
 
-@pytest.fixture(params=["hdfs", "s3"])
+@pytest.fixture(params=["hdfs", "s3", "gcs"])
 def store(request: pytest.FixtureRequest) -> str:
-    """A fresh directory on the store (``hdfs://...`` or ``s3a://...``)."""
+    """A fresh directory on the store (``hdfs://...``, ``s3a://...`` or ``gs://...``)."""
     root: str = request.getfixturevalue(request.param)
     return f"{root}/t-{uuid.uuid4().hex[:8]}"
 
