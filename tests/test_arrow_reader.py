@@ -32,7 +32,7 @@ from batchlog.errors import (
 from conftest import COMPACT_INTERVAL_KEY, batch_rows, drop_inputs, run_stream
 from golden_support import SINKS, every_sink_installed, expected, install
 from pyspark.sql import SparkSession
-from storage_support import RemoteFs, run_query, s3  # noqa: F401  (s3: the fixture)
+from storage_support import RemoteFs, gcs, run_query, s3  # noqa: F401  (the fixtures)
 from support import REPO, batchlog, session_conf
 
 
@@ -247,6 +247,23 @@ def test_a_live_sink_on_s3(spark: SparkSession, s3: str, tmp_path: Path) -> None
     log = arrow.SinkLog(out, fs)
     layout = log._layout()
     assert log._proved_runs(layout, 5) is not None  # 5.compact's index proved on the store
+
+
+def test_a_live_sink_on_gcs(spark: SparkSession, gcs: str, tmp_path: Path) -> None:  # noqa: F811
+    """On Google Cloud Storage (fake-gcs-server), through ``pyarrow.fs.GcsFileSystem``: the
+    compact file's modification time pyarrow reports is the one the connector recorded in its
+    index (the index is used)."""
+    endpoint = spark.sparkContext._jsc.hadoopConfiguration().get("fs.gs.storage.root.url")  # type: ignore[union-attr]
+    fs = pafs.GcsFileSystem(
+        anonymous=True, endpoint_override=endpoint.removeprefix("http://"), scheme="http"
+    )
+    out, chk = f"{gcs}/arrow/out", f"{gcs}/arrow/chk"
+    drop_inputs(tmp_path / "in", {b: batch_rows(b, 2) for b in range(7)})
+    with session_conf(spark, {COMPACT_INTERVAL_KEY: "3"}):
+        run_query(spark, RemoteFs(spark, gcs), tmp_path / "in", out, chk, stateful=False)
+    assert _same_answers(spark, out, fs) == 6
+    log = arrow.SinkLog(out, fs)
+    assert log._proved_runs(log._layout(), 5) is not None  # 5.compact's index proved on the store
 
 
 def test_an_old_sink_continued_by_this_version(spark: SparkSession, golden: Path) -> None:
