@@ -17,6 +17,7 @@ by PID. The tests keep moto.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -26,7 +27,7 @@ import sys
 import time
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -349,8 +350,6 @@ def start_gcs(root: Path) -> tuple[subprocess.Popen[bytes], str]:
 
 
 def _answers(url: str) -> bool:
-    import urllib.request
-
     try:
         with urllib.request.urlopen(url, timeout=2) as r:
             return bool(r.status == 200)
@@ -360,18 +359,41 @@ def _answers(url: str) -> bool:
 
 @pytest.fixture(scope="session")
 def gcs(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """``gs://batchlog-tests`` on fake-gcs-server started for the session, reached through
+    """``gs://batchlog-tests`` on fake-gcs-server, one for the test process, reached through
     Google's Hadoop connector; the session's Hadoop configuration points ``gs://`` at it."""
     if not Path(GCS_CLASSPATH).parent.is_dir():
         pytest.fail(f"{GCS_CLASSPATH} is missing: run `dev/setup` in {REPO}", pytrace=False)
-    proc, endpoint = start_gcs(tmp_path_factory.mktemp("gcs"))
-    try:
+    with _one_server("gcs", lambda: start_gcs(tmp_path_factory.mktemp("gcs"))) as endpoint:
         hconf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
         for k, v in gcs_conf(endpoint).items():
             hconf.set(k, v)
         yield f"gs://{GCS_BUCKET}"
+
+
+#: The servers of this test process by kind (``s3``, ``gcs``): a session fixture imported into two
+#: test modules is set up once per module, and a second server for one bucket name would leave
+#: two views of the bucket: Hadoop's FileSystem, cached by bucket, on the first, and a
+#: FileContext made later (which Spark's checkpoint manager uses) on the second, so a file
+#: written through one is missing from the other.
+_SERVERS: dict[str, tuple[subprocess.Popen[bytes], str]] = {}
+
+
+@contextlib.contextmanager
+def _one_server(
+    kind: str, start: Callable[[], tuple[subprocess.Popen[bytes], str]]
+) -> Iterator[str]:
+    """The endpoint of this process's server of ``kind``, started by ``start`` if there is none;
+    the fixture that started it stops it (at the session's end)."""
+    started = kind not in _SERVERS
+    if started:
+        _SERVERS[kind] = start()
+    proc, endpoint = _SERVERS[kind]
+    try:
+        yield endpoint
     finally:
-        stop_server(proc)
+        if started:
+            stop_server(proc)
+            del _SERVERS[kind]
 
 
 @pytest.fixture(scope="session")
@@ -380,15 +402,17 @@ def s3(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     session's Hadoop configuration points ``s3a://`` at it."""
     if not Path(S3A_CLASSPATH).parent.is_dir():
         pytest.fail(f"{S3A_CLASSPATH} is missing: run `dev/setup` in {REPO}", pytrace=False)
-    proc, endpoint, _ = start_s3(tmp_path_factory.mktemp("s3"))
-    try:
+
+    def start() -> tuple[subprocess.Popen[bytes], str]:
+        proc, endpoint, _ = start_s3(tmp_path_factory.mktemp("s3"))
         create_bucket(endpoint, S3_BUCKET)
+        return proc, endpoint
+
+    with _one_server("s3", start) as endpoint:
         hconf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
         for k, v in s3a_conf(endpoint).items():
             hconf.set(k, v)
         yield f"s3a://{S3_BUCKET}"
-    finally:
-        stop_server(proc)
 
 
 @pytest.fixture(scope="session")
