@@ -184,6 +184,38 @@ def test_a_log_file_is_written_once_on_the_store(spark: SparkSession, store: str
     assert text == "v1\nfirst"
 
 
+def test_on_gcs_a_log_file_is_one_upload_the_store_refuses_twice(
+    spark: SparkSession,
+    gcs: str,  # noqa: F811  (the fixture)
+) -> None:
+    """On ``gs://`` a log file is one upload created with ``ifGenerationMatch=0``, once the bucket
+    proved that the store refuses the second of two racing creates (both past the connector's own
+    check); a second publish is refused and leaves the first, with no temp file beside it."""
+    from pyspark.java_gateway import ensure_callback_server_started
+
+    jvm = spark._jvm
+    assert jvm is not None
+    ensure_callback_server_started(spark.sparkContext._gateway)
+    root = f"{gcs}/t-{uuid.uuid4().hex[:8]}"
+    meta = jvm.org.apache.hadoop.fs.Path(f"{root}/out/_spark_metadata")
+    conf = spark._jsparkSession.sessionState().newHadoopConf()
+    fm = jvm.io.batchlog.shim.package.CheckpointFileManager().create(meta, conf)
+    fm.mkdirs(meta)
+    log_files = jvm.io.batchlog.log.LogFiles
+    five = jvm.org.apache.hadoop.fs.Path(meta, "5")
+    assert str(log_files.describeWriteOnce(fm, five)) == (
+        "one upload (ifGenerationMatch=0; the store refused the second of two racing creates of "
+        "a probe)"
+    )
+    log_files.publish(fm, five, False, _WriteBytes(b"v1\nfirst"))
+    with pytest.raises(Exception) as refused:
+        log_files.publish(fm, five, False, _WriteBytes(b"v1\nsecond"))
+    assert "FileAlreadyExistsException" in str(refused.value), refused.value
+    assert RemoteFs(spark, root).names(f"{root}/out/_spark_metadata") == ["5"]  # probe removed
+    text = jvm.org.apache.commons.io.IOUtils.toString(five.getFileSystem(conf).open(five), "UTF-8")
+    assert text == "v1\nfirst"
+
+
 def test_conditional_create_is_proved_once_per_bucket(
     spark: SparkSession,
     s3: str,  # noqa: F811  (the fixture)

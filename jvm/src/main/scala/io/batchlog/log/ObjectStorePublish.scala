@@ -34,6 +34,12 @@ import org.apache.spark.sql.SparkSession
  * target first and then copy, which two writers can both pass on S3. Elsewhere they go through the
  * manager, as Spark's. The capability is not taken on trust: a store may take the header and ignore
  * it, so it is proved once per bucket ([[proveCreateOnce]]) before any log file relies on it.
+ *
+ * Google Cloud Storage through Google's connector (`gs://`, [[Gcs]]) publishes whole on close too,
+ * and a create that must not overwrite is sent with `ifGenerationMatch=0`: the store refuses it if
+ * the object exists when the upload completes. Its streams cannot be aborted (closing one publishes
+ * what was written), so on `gs://` the bytes are written aside first (memory, or a local temp file
+ * for a log file) and uploaded only once whole: a failure before then uploads nothing.
  */
 private[log] object ObjectStorePublish extends Logging {
 
@@ -54,7 +60,7 @@ private[log] object ObjectStorePublish extends Logging {
    * cached one outlives `close()` and its session's credentials) and never a "no": a capability
    * lookup that failed is asked again next time.
    */
-  private val abortable = ConcurrentHashMap.newKeySet[String]()
+  private val wholeOnClose = ConcurrentHashMap.newKeySet[String]()
 
   /**
    * Whether `path` (qualified) may be on an object store: its scheme is neither the local disk's
@@ -76,9 +82,9 @@ private[log] object ObjectStorePublish extends Logging {
         try {
           val fs = file.getFileSystem(spark.sessionState.newHadoopConf())
           val bucket = bucketOf(file)
-          if (abortable.contains(bucket)) Some(fs)
-          else if (fs.hasPathCapability(file.getParent, AbortableStream)) {
-            abortable.add(bucket)
+          if (wholeOnClose.contains(bucket)) Some(fs)
+          else if (Gcs.is(fs) || fs.hasPathCapability(file.getParent, AbortableStream)) {
+            wholeOnClose.add(bucket)
             Some(fs)
           } else None
         } catch { case NonFatal(_) => None }
@@ -92,8 +98,8 @@ private[log] object ObjectStorePublish extends Logging {
     declaresCreateOnce(fs, file) && proveCreateOnce(fs, file).contains(true)
 
   private def declaresCreateOnce(fs: FileSystem, file: Path): Boolean =
-    try fs.hasPathCapability(file, ConditionalCreate)
-    catch { case NonFatal(_) => false }
+    Gcs.is(fs) || (try fs.hasPathCapability(file, ConditionalCreate)
+    catch { case NonFatal(_) => false })
 
   /**
    * By `scheme://authority`: what the probe found, and when (this JVM's monotonic clock). A probe
@@ -127,10 +133,12 @@ private[log] object ObjectStorePublish extends Logging {
       val probe = new Path(file.getParent, s".batchlog-conditional-probe-${UUID.randomUUID()}")
       val once = (_: OutputStream).write(Array[Byte]('p'))
       try {
-        publishOnce(fs, probe)(once)
-        val refused =
+        val refused = if (Gcs.is(fs)) Gcs.refusesRacingCreate(fs, probe)
+        else {
+          publishOnce(fs, probe)(once)
           try { publishOnce(fs, probe)(once); false }
           catch { case _: org.apache.hadoop.fs.FileAlreadyExistsException => true }
+        }
         if (!refused) {
           logWarning(
             s"The store of $file accepted a second conditional create (If-None-Match: *) of one " +
@@ -157,6 +165,9 @@ private[log] object ObjectStorePublish extends Logging {
       "CheckpointFileManager (temp file, then rename; the store declares no conditional create)"
     } else
       proveCreateOnce(fs, file) match {
+        case Some(true) if Gcs.is(fs) =>
+          "one upload (ifGenerationMatch=0; the store refused the second of two racing creates " +
+            "of a probe)"
         case Some(true) =>
           "one conditional upload (If-None-Match: *; the store refused a second create of a probe)"
         case Some(false) =>
@@ -168,21 +179,28 @@ private[log] object ObjectStorePublish extends Logging {
 
   /** Writes `file` (replacing it) with `fn` as one upload; a failure aborts it. */
   def publish(fs: FileSystem, file: Path)(fn: OutputStream => Unit): Unit =
-    upload(fs.createFile(file).overwrite(true).recursive().opt(CreatePerformance, true).build())(fn)
+    if (Gcs.is(fs)) Gcs.upload(fs, file, overwrite = true, spoolToDisk = false)(fn)
+    else upload(
+      fs.createFile(file).overwrite(true).recursive().opt(CreatePerformance, true).build()
+    )(fn)
 
   /**
    * Writes `file` with `fn` as one upload that the store refuses if `file` exists: Hadoop's
    * `FileAlreadyExistsException` then, and nothing changed.
    */
   def publishOnce(fs: FileSystem, file: Path)(fn: OutputStream => Unit): Unit =
-    try upload(
-        fs.createFile(file).overwrite(false).recursive().must(ConditionalCreate, true).build()
-      )(fn)
-    catch {
-      // S3A's answer to a failed precondition (HTTP 412): the file exists
-      case e: java.io.IOException if e.getClass.getSimpleName == "RemoteFileChangedException" =>
-        throw new org.apache.hadoop.fs.FileAlreadyExistsException(s"$file exists (${e.getMessage})")
-    }
+    if (Gcs.is(fs)) Gcs.upload(fs, file, overwrite = false, spoolToDisk = true)(fn)
+    else
+      try upload(
+          fs.createFile(file).overwrite(false).recursive().must(ConditionalCreate, true).build()
+        )(fn)
+      catch {
+        // S3A's answer to a failed precondition (HTTP 412): the file exists
+        case e: java.io.IOException if e.getClass.getSimpleName == "RemoteFileChangedException" =>
+          throw new org.apache.hadoop.fs.FileAlreadyExistsException(
+            s"$file exists (${e.getMessage})"
+          )
+      }
 
   private def upload(out: org.apache.hadoop.fs.FSDataOutputStream)(fn: OutputStream => Unit) =
     try {
@@ -199,6 +217,74 @@ private[log] object ObjectStorePublish extends Logging {
     def abort(): Unit = out match {
       case a: Abortable => a.abort()
       case o => o.close()
+    }
+  }
+
+  /**
+   * Google Cloud Storage through Google's connector. An upload becomes the object whole when it
+   * completes; one created not to overwrite carries `ifGenerationMatch=0`, so the store refuses it
+   * (HTTP 412) if the object exists by then, even when two writers both passed the connector's own
+   * check for the object first. The connector's streams have no abort: closing one publishes what
+   * it holds. So the bytes are written aside first and uploaded once whole.
+   */
+  object Gcs {
+    private val Connector = "com.google.cloud.hadoop.fs.gcs.GoogleHadoopFileSystem"
+
+    def is(fs: FileSystem): Boolean = fs.getClass.getName == Connector
+
+    /**
+     * `fn`'s bytes as `file`: written aside (a local temp file if `spoolToDisk`: a compact file may
+     * be large; memory otherwise), then uploaded in one stream closed only once whole. A file that
+     * exists (`overwrite` false) is Hadoop's `FileAlreadyExistsException`, from the connector's
+     * check or from the store's refusal.
+     */
+    def upload(fs: FileSystem, file: Path, overwrite: Boolean, spoolToDisk: Boolean)(
+        fn: OutputStream => Unit
+    ): Unit = {
+      val spool =
+        if (spoolToDisk) Some(java.io.File.createTempFile("batchlog-gcs-", ".part")) else None
+      try {
+        val mem = new java.io.ByteArrayOutputStream()
+        val aside: OutputStream = spool.fold[OutputStream](mem)(f =>
+          new java.io.BufferedOutputStream(new java.io.FileOutputStream(f), 1 << 16)
+        )
+        try fn(aside)
+        finally aside.close()
+        val out = fs.create(file, overwrite)
+        spool match {
+          case Some(f) => java.nio.file.Files.copy(f.toPath, out)
+          case None => mem.writeTo(out)
+        }
+        try out.close()
+        catch {
+          case e: java.io.IOException if !overwrite && preconditionFailed(e) =>
+            throw new org.apache.hadoop.fs.FileAlreadyExistsException(
+              s"$file exists: the store refused the upload (ifGenerationMatch=0)"
+            )
+        }
+      } finally spool.foreach(_.delete())
+    }
+
+    /** True if `e` (or a cause) is the store's answer to a failed precondition (HTTP 412). */
+    def preconditionFailed(e: Throwable): Boolean =
+      Iterator.iterate(e)(_.getCause).takeWhile(_ != null).take(10).exists { t =>
+        val m = String.valueOf(t.getMessage)
+        m.contains("412") || m.contains("Precondition Failed") || m.contains("conditionNotMet")
+      }
+
+    /**
+     * Whether the store refuses the second of two creates of `probe` that both passed the
+     * connector's check for the object (both opened before either completes): the proof that a log
+     * file's create-once rests on the store, not on a check two writers can both pass.
+     */
+    def refusesRacingCreate(fs: FileSystem, probe: Path): Boolean = {
+      val first = fs.create(probe, false)
+      val second = fs.create(probe, false)
+      first.write('p')
+      second.write('q')
+      first.close()
+      try { second.close(); false }
+      catch { case e: java.io.IOException if preconditionFailed(e) => true }
     }
   }
 }
