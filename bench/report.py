@@ -117,7 +117,7 @@ def judge_arrow(fig: Figures, lines: list[Line], ratio: Any, below: Any) -> None
             if m == "files(batch)" and n == 1_000_000:
                 below(f"{m} without a JVM, {size(n)} entries", xs, 100, "ms")
             jvm = fig.get((m, "batchlog", n))
-            ratio(f"{m}, batchlog.arrow vs the JVM, {size(n)}", xs, jvm, 1.0)
+            ratio(f"{m}, batchlog.arrow vs the JVM, {size(n)}", xs, jvm, 1.5)
     opened = fig.get(("open", "arrow", 1000))
     if opened or any(impl == "arrow" for (_, impl, _) in fig):
         below("a 1,000-batch sink opened without a JVM", opened, 50, "ms")

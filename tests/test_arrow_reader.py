@@ -91,7 +91,8 @@ def _copy(golden: Path, name: str, dst: Path) -> Path:
 def test_bit_rot_in_a_compact_file_is_corrupt_log(golden: Path, tmp_path: Path) -> None:
     """A digit changed in 5.compact: still valid JSON, same length and time. The index's CRC32C
     catches it, as the JVM's does: CORRUPT_LOG naming the file and the batch, from the lookup
-    of that batch and from a full read; other batches' lookups still answer."""
+    of that batch and from a full read; other batches' lookups (the compaction batch's own
+    included) still answer, reading only their runs."""
     out = _copy(golden, "plain", tmp_path / "out")
     compact = out / "_spark_metadata" / "5.compact"
     data = compact.read_bytes()
@@ -106,6 +107,8 @@ def test_bit_rot_in_a_compact_file_is_corrupt_log(golden: Path, tmp_path: Path) 
     with pytest.raises(CorruptLogError, match="python -m batchlog repair"):
         log.entries()
     assert sorted(log.files(3)) == sorted(expected("plain")["files"]["3"])
+    # the compaction batch's own lines too: read through the index, never the whole file
+    assert sorted(log.files(5)) == sorted(expected("plain")["files"]["5"])
 
 
 def test_a_bad_header_a_lost_batch_file_and_no_sink(golden: Path, tmp_path: Path) -> None:

@@ -125,6 +125,23 @@ def tagged_batch(line: str) -> int | None:
     return int(line[j + 1 : -1])
 
 
+_PATH_START = '{"path":"'
+_PATH_END = '","size":'
+
+
+def path_of(line: str) -> str | None:
+    """The path of a line as the JVM writes it (``LogFormat.encode``: ``path`` first), cut from
+    the line without parsing it, when the path holds no JSON escape; None otherwise (decode it).
+    Used on the bytes of a run whose CRC32C matched: exactly what the JVM wrote."""
+    if not line.startswith(_PATH_START):
+        return None
+    end = line.find(_PATH_END, len(_PATH_START))
+    if end < 0:
+        return None
+    path = line[len(_PATH_START) : end]
+    return None if "\\" in path or '"' in path else path
+
+
 def batch_of_name(path: str) -> int | None:
     """The batch in a batch-tagged data file name (``DataFileNaming.batchIdOf``)."""
     m = _TAGGED_NAME.search(path[path.rfind("/") + 1 :])

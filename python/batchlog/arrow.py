@@ -159,7 +159,7 @@ class SinkLog:
                 return []
             compact = live[0] if layout.is_compact(live[0]) else None
             where = compact if compact is not None and batch <= compact else batch
-            if where != batch and where in layout.indexes:
+            if layout.is_compact(where) and where in layout.indexes:
                 found = self._lookup(layout, where, batch)
                 if found is not None:
                     return found
@@ -174,10 +174,15 @@ class SinkLog:
 
         Raises ``KeyError`` if the log does not hold ``path``."""
         hint = fmt.batch_of_name(path)
-        if hint is not None and any(_same_path(p, path) for p in self.files(hint)):
+        name = unquote(path[path.rfind("/") + 1 :])
+
+        def same(p: str) -> bool:  # only a path ending in the same name is parsed and compared
+            return p == path or (unquote(p).endswith(name) and _same_path(p, path))
+
+        if hint is not None and any(same(p) for p in self.files(hint)):
             return hint
         for e in self.entries():
-            if _same_path(e.path, path):
+            if same(e.path):
                 return e.batch_id
         raise KeyError(f"{path} is not a live file of the sink {self.path}")
 
@@ -426,7 +431,7 @@ class SinkLog:
                     for n, line in enumerate(lines[1:]):
                         if fmt.tagged_batch(line) != batch:
                             return None
-                        out.append(fmt.decode(line, file, n).path)
+                        out.append(fmt.path_of(line) or fmt.decode(line, file, n).path)
         except FileNotFoundError:
             raise _Missing(file, compact_id, layout.interval) from None
         return out
