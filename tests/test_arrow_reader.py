@@ -231,39 +231,38 @@ def test_a_live_sink_under_retention(spark: SparkSession, tmp_path: Path) -> Non
     assert arrow.SinkLog(str(out)).batches() == [7, 8]  # two batches kept
 
 
-def test_a_live_sink_on_s3(spark: SparkSession, s3: str, tmp_path: Path) -> None:  # noqa: F811
-    """On an S3-compatible store, through ``pyarrow.fs.S3FileSystem``: the compact file's
-    modification time pyarrow reports is the one s3a recorded in its index (the index is used)."""
-    endpoint = spark.sparkContext._jsc.hadoopConfiguration().get("fs.s3a.endpoint")  # type: ignore[union-attr]
-    fs = pafs.S3FileSystem(
-        endpoint_override=endpoint.removeprefix("http://"),
-        scheme="http",
-        access_key="testing",
-        secret_key="testing",
-        region="us-east-1",
-    )
-    out, chk = f"{s3}/arrow/out", f"{s3}/arrow/chk"
-    drop_inputs(tmp_path / "in", {b: batch_rows(b, 2) for b in range(7)})
-    with session_conf(spark, {COMPACT_INTERVAL_KEY: "3"}):
-        run_query(spark, RemoteFs(spark, s3), tmp_path / "in", out, chk, stateful=False)
-    assert _same_answers(spark, out, fs) == 6
-    log = arrow.SinkLog(out, fs)
-    layout = log._layout()
-    assert log._proved_runs(layout, 5) is not None  # 5.compact's index proved on the store
+@pytest.fixture(params=["s3", "gcs"])
+def store(request: pytest.FixtureRequest, spark: SparkSession) -> tuple[str, pafs.FileSystem]:
+    """An object store the JVM writes to (moto, fake-gcs-server), and pyarrow's file system of
+    it: ``S3FileSystem`` or ``GcsFileSystem`` at the same server."""
+    root: str = request.getfixturevalue(request.param)
+    hconf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
+    if request.param == "s3":
+        endpoint = hconf.get("fs.s3a.endpoint").removeprefix("http://")
+        fs: pafs.FileSystem = pafs.S3FileSystem(
+            endpoint_override=endpoint,
+            scheme="http",
+            access_key="testing",
+            secret_key="testing",
+            region="us-east-1",
+        )
+    else:
+        endpoint = hconf.get("fs.gs.storage.root.url").removeprefix("http://")
+        fs = pafs.GcsFileSystem(anonymous=True, endpoint_override=endpoint, scheme="http")
+    return root, fs
 
 
-def test_a_live_sink_on_gcs(spark: SparkSession, gcs: str, tmp_path: Path) -> None:  # noqa: F811
-    """On Google Cloud Storage (fake-gcs-server), through ``pyarrow.fs.GcsFileSystem``: the
-    compact file's modification time pyarrow reports is the one the connector recorded in its
-    index (the index is used)."""
-    endpoint = spark.sparkContext._jsc.hadoopConfiguration().get("fs.gs.storage.root.url")  # type: ignore[union-attr]
-    fs = pafs.GcsFileSystem(
-        anonymous=True, endpoint_override=endpoint.removeprefix("http://"), scheme="http"
-    )
-    out, chk = f"{gcs}/arrow/out", f"{gcs}/arrow/chk"
+def test_a_live_sink_on_an_object_store(
+    spark: SparkSession, store: tuple[str, pafs.FileSystem], tmp_path: Path
+) -> None:
+    """On S3 and on Google Cloud Storage, through pyarrow's file systems: the same answers as the
+    JVM, and the compact file's index proved on the store (the modification time pyarrow reports
+    is the one the connector recorded in the index)."""
+    root, fs = store
+    out, chk = f"{root}/arrow-{tmp_path.name}/out", f"{root}/arrow-{tmp_path.name}/chk"
     drop_inputs(tmp_path / "in", {b: batch_rows(b, 2) for b in range(7)})
     with session_conf(spark, {COMPACT_INTERVAL_KEY: "3"}):
-        run_query(spark, RemoteFs(spark, gcs), tmp_path / "in", out, chk, stateful=False)
+        run_query(spark, RemoteFs(spark, root), tmp_path / "in", out, chk, stateful=False)
     assert _same_answers(spark, out, fs) == 6
     log = arrow.SinkLog(out, fs)
     assert log._proved_runs(log._layout(), 5) is not None  # 5.compact's index proved on the store

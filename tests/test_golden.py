@@ -115,27 +115,28 @@ def test_a_newer_sink_record_is_refused_and_left_alone(
     record = out / "_batchlog" / "_batchlog-sink.json"
     newer = json.loads(record.read_text())
     newer.update(version=2, fence="a field of a newer batchlog")
-    record.write_text(json.dumps(newer))
-    before = record.read_bytes()
-    try:
+
+    def refusal(content: dict[str, Any]) -> str:
+        """The rewind's error on the sink whose record is ``content``; the record left as is."""
+        record.write_text(json.dumps(content))
+        before = record.read_bytes()
         with pytest.raises(batchlog.CorruptLogError) as raised:
             batchlog.rewind(spark, str(out), str(chk), spec["rewind_to"], dry_run=True, quiet=True)
-        assert (
-            f"batchlog's record file:{record} is of version 2, written by a newer batchlog; this "
-            f"batchlog ({project_version()}) reads version 1 and neither uses nor changes it. Use "
-            "the newer batchlog on this sink (see docs/format.md, Versions)."
-        ) in str(raised.value)
         assert record.read_bytes() == before
+        return str(raised.value)
+
+    this = f"this batchlog ({project_version()}) reads version 1 and neither uses nor changes it"
+    try:
+        assert (
+            f"batchlog's record file:{record} is of version 2, written by a newer batchlog; {this}."
+            " Use the newer batchlog on this sink (see docs/format.md, Versions)."
+        ) in refusal(newer)
         # a newer release names itself, and its record is refused by its version alone, whatever
         # its other fields (here: none of version 1's)
-        record.write_text(json.dumps({"version": 3, "writtenBy": "0.7.0", "layout": {}}))
-        with pytest.raises(batchlog.CorruptLogError) as raised:
-            batchlog.rewind(spark, str(out), str(chk), spec["rewind_to"], dry_run=True, quiet=True)
         assert (
-            f"batchlog's record file:{record} is of version 3, written by batchlog 0.7.0; this "
-            f"batchlog ({project_version()}) reads version 1 and neither uses nor changes it. Use "
-            "batchlog 0.7.0 or later on this sink (see docs/format.md, Versions)."
-        ) in str(raised.value)
+            f"batchlog's record file:{record} is of version 3, written by batchlog 0.7.0; {this}. "
+            "Use batchlog 0.7.0 or later on this sink (see docs/format.md, Versions)."
+        ) in refusal({"version": 3, "writtenBy": "0.7.0", "layout": {}})
     finally:
         install("plain")
 

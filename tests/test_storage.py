@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
+from typing import Any
 
 import batchlog
 import pytest
@@ -184,6 +185,18 @@ def test_a_log_file_is_written_once_on_the_store(spark: SparkSession, store: str
     assert text == "v1\nfirst"
 
 
+def _second_publish_refused(spark: SparkSession, fm: Any, five: Any, root: str, out: str) -> None:
+    """Log file ``five`` published, then a second publish of it refused with Hadoop's
+    ``FileAlreadyExistsException``, leaving it alone in ``<root>/<out>/_spark_metadata`` (no temp
+    file, no probe)."""
+    log_files = spark._jvm.io.batchlog.log.LogFiles  # type: ignore[union-attr]
+    log_files.publish(fm, five, False, _WriteBytes(b"v1\nfirst"))
+    with pytest.raises(Exception) as refused:
+        log_files.publish(fm, five, False, _WriteBytes(b"v1\nsecond"))
+    assert "FileAlreadyExistsException" in str(refused.value), refused.value
+    assert RemoteFs(spark, root).names(f"{root}/{out}/_spark_metadata") == ["5"]
+
+
 def test_on_gcs_a_log_file_is_one_upload_the_store_refuses_twice(
     spark: SparkSession,
     gcs: str,  # noqa: F811  (the fixture)
@@ -207,11 +220,7 @@ def test_on_gcs_a_log_file_is_one_upload_the_store_refuses_twice(
         "one upload (ifGenerationMatch=0; the store refused the second of two racing creates of "
         "a probe)"
     )
-    log_files.publish(fm, five, False, _WriteBytes(b"v1\nfirst"))
-    with pytest.raises(Exception) as refused:
-        log_files.publish(fm, five, False, _WriteBytes(b"v1\nsecond"))
-    assert "FileAlreadyExistsException" in str(refused.value), refused.value
-    assert RemoteFs(spark, root).names(f"{root}/out/_spark_metadata") == ["5"]  # probe removed
+    _second_publish_refused(spark, fm, five, root, "out")
     text = jvm.org.apache.commons.io.IOUtils.toString(five.getFileSystem(conf).open(five), "UTF-8")
     assert text == "v1\nfirst"
 
@@ -259,12 +268,7 @@ def test_conditional_create_is_proved_once_per_bucket(
             "conditional create of a probe object, it ignores If-None-Match"
         )
         # its log files go through the manager: a second publish is still refused (by its check)
-        log_files.publish(fm, five, False, _WriteBytes(b"v1\nfirst"))
-        with pytest.raises(Exception) as refused:
-            log_files.publish(fm, five, False, _WriteBytes(b"v1\nsecond"))
-        assert "FileAlreadyExistsException" in str(refused.value), refused.value
-        remote = RemoteFs(spark, f"s3a://{bucket}")
-        assert remote.names(f"s3a://{bucket}/out-probe/_spark_metadata") == ["5"]  # probe removed
+        _second_publish_refused(spark, fm, five, f"s3a://{bucket}", "out-probe")
     finally:
         stop_server(proc)
 
