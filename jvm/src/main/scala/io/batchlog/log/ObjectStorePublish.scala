@@ -244,7 +244,7 @@ private[log] object ObjectStorePublish extends Logging {
       val spool =
         if (spoolToDisk) Some(java.io.File.createTempFile("batchlog-gcs-", ".part")) else None
       try {
-        val mem = new java.io.ByteArrayOutputStream()
+        lazy val mem = new java.io.ByteArrayOutputStream()
         val aside: OutputStream = spool.fold[OutputStream](mem)(f =>
           new java.io.BufferedOutputStream(new java.io.FileOutputStream(f), 1 << 16)
         )
@@ -265,11 +265,16 @@ private[log] object ObjectStorePublish extends Logging {
       } finally spool.foreach(_.delete())
     }
 
-    /** True if `e` (or a cause) is the store's answer to a failed precondition (HTTP 412). */
+    /**
+     * True if `e` or a cause is the store's answer to a failed precondition: an HTTP response
+     * exception (the connector's shaded `GoogleJsonResponseException`) of status 412, asked by its
+     * `getStatusCode`. Not by message: the connector's own wraps name the file, and a log file
+     * `412` failing for any other reason would read as "it exists".
+     */
     def preconditionFailed(e: Throwable): Boolean =
       Iterator.iterate(e)(_.getCause).takeWhile(_ != null).take(10).exists { t =>
-        val m = String.valueOf(t.getMessage)
-        m.contains("412") || m.contains("Precondition Failed") || m.contains("conditionNotMet")
+        try t.getClass.getMethod("getStatusCode").invoke(t) == Integer.valueOf(412)
+        catch { case NonFatal(_) => false }
       }
 
     /**
