@@ -114,7 +114,7 @@ class JsonRecordFile[T <: AnyRef: Manifest](val fileName: String) {
     try {
       val json = org.json4s.jackson.JsonMethods.parse(text)
       precheck(p, json)
-      Some(checked(p, json.extract[T]))
+      Some(json.extract[T])
     } catch {
       case e: BatchLogException => throw e
       case e: Exception =>
@@ -128,15 +128,10 @@ class JsonRecordFile[T <: AnyRef: Manifest](val fileName: String) {
     }
 
   /**
-   * The record read from `p`, or the error if this batchlog must not use it (a record of a newer
-   * version). Fields a record does not know are ignored when read and not written back.
-   */
-  protected def checked(p: Path, record: T): T = record
-
-  /**
-   * Called with the record's JSON before it is read as a `T`: a record this batchlog must refuse (a
-   * newer version's) is refused here, by its version, even when its other fields are not those a
-   * `T` needs. Nothing by default.
+   * Called with the record's JSON before it is read as a `T`: a record this batchlog must not use
+   * (a newer version's) is refused here, by its version, even when its other fields are not those a
+   * `T` needs. Nothing by default. Fields a record does not know are ignored when read and not
+   * written back.
    */
   protected def precheck(p: Path, json: org.json4s.JValue): Unit = ()
 

@@ -59,12 +59,9 @@ object SinkRecord extends JsonRecordFile[SinkRecord]("batchlog-sink.json") {
    * not act on the sink.
    */
   override protected def precheck(p: Path, json: org.json4s.JValue): Unit =
-    (json \ "version", json \ "writtenBy") match {
-      case (org.json4s.JInt(v), by) if v > Version =>
-        val release = by match {
-          case org.json4s.JString(r) => Some(r)
-          case _ => None
-        }
+    json \ "version" match {
+      case org.json4s.JInt(v) if v > Version =>
+        val release = Some(json \ "writtenBy").collect { case org.json4s.JString(r) => r }
         throw BatchLogException.newerRecord(p.toString, v.toLong, Version.toLong, release)
       case _ =>
     }
