@@ -66,6 +66,18 @@ def test_a_golden_sink_reads_as_the_jvm_read_it(golden: Path, name: str) -> None
     )
 
 
+def test_a_sink_named_as_hadoop_or_as_a_relative_path(
+    golden: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``file:/x`` (Hadoop's qualified form, as the JVM prints a sink), ``file:///x`` and a path
+    relative to the working directory name the same sink."""
+    out = golden / "plain" / "out"
+    want = expected("plain")["batches"]
+    monkeypatch.chdir(golden / "plain")
+    for name in (f"file:{out}", f"file://{out}", "out", "./out/"):
+        assert arrow.SinkLog(name).batches() == want, name
+
+
 def test_as_of_batch_and_batch_ranges(golden: Path) -> None:
     out = str(golden / "plain" / "out")
     want = expected("plain")["read_by_batch"]

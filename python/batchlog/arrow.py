@@ -21,9 +21,10 @@ settings of the reading session, not of the sink), and read HDFS (pyarrow needs 
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import unquote, urlparse
 
@@ -58,18 +59,17 @@ def _fs_path(uri: str) -> str:
 
 
 def _resolve(path: str, filesystem: pafs.FileSystem | None) -> tuple[pafs.FileSystem, str]:
+    """The file system of the sink ``path`` and its path there: a plain path (relative to the
+    working directory), a ``file:`` URI (``file:/x`` as Hadoop writes it, or ``file:///x``), or a
+    store's URI (``s3a://`` and ``gcs://`` read as pyarrow's ``s3://`` and ``gs://``)."""
+    u = urlparse(path)
     if filesystem is not None:
         return filesystem, _fs_path(path).rstrip("/")
-    scheme, sep, rest = path.partition("://")
-    uri = f"{_SCHEMES.get(scheme, scheme)}://{rest}" if sep else path
-    fs, p = pafs.FileSystem.from_uri(uri if sep or uri.startswith("/") else _abs(uri))
+    if u.scheme in ("", "file"):
+        local = path if not u.scheme else unquote(u.path)  # a URI is encoded, a plain path not
+        return pafs.LocalFileSystem(), os.path.abspath(local)
+    fs, p = pafs.FileSystem.from_uri(f"{_SCHEMES.get(u.scheme, u.scheme)}://{u.netloc}{u.path}")
     return fs, p.rstrip("/")
-
-
-def _abs(path: str) -> str:
-    import os
-
-    return os.path.abspath(path)
 
 
 def _same_path(a: str, b: str) -> bool:
@@ -450,8 +450,6 @@ def dataset(
 
 
 def _with_batch(e: Entry, batch: int | None) -> Entry:
-    from dataclasses import replace
-
     return replace(e, batch_id=batch)
 
 
