@@ -296,3 +296,45 @@ def test_an_old_sink_continued_by_this_version(spark: SparkSession, golden: Path
         assert _same_answers(spark, str(root / "out")) == 9
     finally:
         install("plain")
+
+
+def test_a_log_file_compacted_away_between_listing_and_read(golden: Path, tmp_path: Path) -> None:
+    """A writer compacts while the reader reads: the reader listed the log at batch 3 (2.compact
+    and 3), then the writer logged 4, 5.compact and 6 and deleted 2.compact and 3 before the
+    reader opened them. As Spark's allFiles() does, the reader lists again and reads the newer
+    compaction: batch 6's answers. The same deletion with no newer compaction is a missing file."""
+    full = _copy(golden, "plain", tmp_path / "full")
+    meta = full / "_spark_metadata"
+    later = {n: meta / n for n in ("4", "5.compact", "5.compact.index", "6")}
+
+    class Racing(arrow.SinkLog):
+        """Lists the log at batch 3; the writer's step happens right after that listing."""
+
+        def __init__(self, path: str, newer: bool) -> None:
+            self.listings, self.newer = 0, newer
+            super().__init__(path)
+
+        def _layout(self) -> Any:
+            self.listings += 1
+            if self.listings == 1:
+                aside = {n: f.read_bytes() for n, f in later.items()}
+                stats = {n: f.stat() for n, f in later.items()}
+                for f in later.values():
+                    f.unlink()
+                listed = super()._layout()
+                if self.newer:  # the writer's batches 4..6, with their compaction's times
+                    for n, f in later.items():
+                        f.write_bytes(aside[n])
+                        os.utime(f, ns=(stats[n].st_atime_ns, stats[n].st_mtime_ns))
+                for gone in ("2.compact", "2.compact.index", "3"):
+                    (meta / gone).unlink()
+                return listed
+            return super()._layout()
+
+    want = expected("plain")
+    log = Racing(str(full), newer=True)
+    assert log.batches() == want["batches"] and log.listings == 2
+    shutil.rmtree(full)
+    full = _copy(golden, "plain", tmp_path / "full")
+    with pytest.raises(MissingLogFileError, match=r"_spark_metadata/2\.compact is missing"):
+        Racing(str(full), newer=False).batches()
