@@ -321,40 +321,88 @@ def gcs_conf(endpoint: str) -> dict[str, str]:
 
 
 def start_gcs(root: Path) -> tuple[subprocess.Popen[bytes], str]:
-    """Starts fake-gcs-server (``dev/fake-gcs-server`` builds it) on a free loopback port, in
-    its own process group, holding the bucket :data:`GCS_BUCKET` in memory (its file-system
-    backend loses the connector's directory objects: a checkpoint's ``sources/0`` is then not
-    found); returns the process and its endpoint ``http://127.0.0.1:<port>``."""
+    """Starts fake-gcs-server (``dev/fake-gcs-server`` builds it) on a free loopback port, behind
+    the fault step ``servers/gcs_proxy.py`` (both in one process group), holding the bucket
+    :data:`GCS_BUCKET` in memory (its file-system backend loses the connector's directory
+    objects: a checkpoint's ``sources/0`` is then not found); returns the process and the step's
+    endpoint ``http://127.0.0.1:<port>``. Faults are injected with :func:`inject_gcs`; requests
+    are logged in ``root/requests.log``."""
     built = subprocess.run(
         [str(REPO / "dev" / "fake-gcs-server")], capture_output=True, text=True, timeout=1200
     )
     assert built.returncode == 0, built.stderr[-3000:]
     (root / "data" / GCS_BUCKET).mkdir(parents=True, exist_ok=True)
     [port] = _free_ports(1)
-    endpoint = f"http://127.0.0.1:{port}"
-    with open(root / "server.log", "wb") as out:
+    upstream = f"http://127.0.0.1:{port}"
+    faults = root / "faults.json"
+    faults.write_text("{}")
+    ready, log = root / "ready", root / "requests.log"
+    server = [built.stdout.strip(), "-scheme", "http", "-host", "127.0.0.1", "-port", str(port)]
+    server += ["-backend", "memory", "-data", str(root / "data"), "-external-url", upstream]
+    server += ["-log-level", "warn"]
+    step = [sys.executable, str(REPO / "tests" / "servers" / "gcs_proxy.py"), upstream]
+    with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [built.stdout.strip(), "-scheme", "http", "-host", "127.0.0.1", "-port", str(port)]
-            + ["-backend", "memory", "-data", str(root / "data"), "-external-url", endpoint]
-            + ["-log-level", "warn"],
+            [*step, str(ready), str(faults), "--", *server],
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
     try:
-        wait_until(lambda: _answers(f"{endpoint}/storage/v1/b"), 60, "fake-gcs-server to start")
+        endpoint = _wait_ready(proc, ready, log, "fake-gcs-server and its fault step")
+        _GCS_FAULTS[endpoint] = faults
         return proc, endpoint
     except BaseException:
         stop_server(proc)
         raise
 
 
-def _answers(url: str) -> bool:
+#: The fault file of each GCS endpoint this process started (see ``servers/gcs_proxy.py``).
+_GCS_FAULTS: dict[str, Path] = {}
+
+
+def inject_gcs(**faults: int | str) -> None:
+    """Sets the faults of this process's GCS server (``lose_answer=REGEX``, ``fail_publish=``,
+    see ``servers/gcs_proxy.py``); none: clears them."""
+    [file] = [_GCS_FAULTS[endpoint] for kind, (_, endpoint) in _SERVERS.items() if kind == "gcs"]
+    file.write_text(json.dumps(faults))
+
+
+@contextlib.contextmanager
+def gcs_fault_bucket(spark: SparkSession, retries: int = 1) -> Iterator[tuple[str, str]]:
+    """A new bucket on this process's GCS server: its ``gs://`` URI and name. Google's connector
+    retries a failed request ten times, over two minutes: the bucket's file systems, made in the
+    block (Hadoop caches one a bucket), retry ``retries`` times, so a test of a fault the
+    connector cannot get past takes seconds."""
+    [endpoint] = [endpoint for kind, (_, endpoint) in _SERVERS.items() if kind == "gcs"]
+    name = f"faults-{uuid.uuid4().hex[:10]}"
+    request = urllib.request.Request(
+        f"{endpoint}/storage/v1/b?project=batchlog-tests",
+        data=json.dumps({"name": name}).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=30):
+        pass
+    hconf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
+    key = "fs.gs.http.max.retry"
+    before = hconf.get(key)
+    hconf.set(key, str(retries))
     try:
-        with urllib.request.urlopen(url, timeout=2) as r:
-            return bool(r.status == 200)
-    except OSError:
-        return False
+        yield f"gs://{name}", name
+    finally:
+        if before is None:
+            hconf.unset(key)
+        else:
+            hconf.set(key, before)
+
+
+def gcs_faults_seen() -> list[str]:
+    """``bucket/object status`` of each request the GCS server's fault step answered in place of
+    the store, in order."""
+    [file] = [_GCS_FAULTS[endpoint] for kind, (_, endpoint) in _SERVERS.items() if kind == "gcs"]
+    seen = file.with_name(file.name + ".lost")
+    return seen.read_text().splitlines() if seen.exists() else []
 
 
 @pytest.fixture(scope="session")

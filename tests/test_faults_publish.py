@@ -33,13 +33,17 @@ from reliability_support import (
     spark_submit,
     write_input,
 )
-from storage_support import (  # noqa: F401  (hdfs: the fixture)
+from storage_support import (  # noqa: F401  (gcs, hdfs: the fixtures)
     RemoteFs,
     Store,
     await_on_store,
     expected,
     faulty_s3,
+    gcs,
+    gcs_fault_bucket,
+    gcs_faults_seen,
     hdfs,
+    inject_gcs,
     rows,
     rows_of,
     run_query,
@@ -364,3 +368,69 @@ def test_a_cascade_on_s3_with_an_answer_lost_rewinds_every_hop_exactly_once(
         assert rows(spark, out) == expected(range(BATCHES)), out
         report_ = batchlog.verify(spark, out)
         assert report_.healthy and report_.missing_count == 0, report_
+
+
+# ---- Google Cloud Storage: fake-gcs-server behind ``servers/gcs_proxy.py``'s fault step ----
+
+
+def test_on_gcs_an_upload_applied_with_its_answer_lost_commits_the_batch_once(
+    spark: SparkSession,
+    gcs: str,  # noqa: F811  (the fixture)
+    tmp_path: Path,
+) -> None:
+    """Batch file 3 and compact file 5 are each one upload created with ``ifGenerationMatch=0``:
+    the store applies the upload's last request and answers 503; the connector's retry of it
+    fails too (fake-gcs-server no longer knows the finished upload; GCS would answer with the
+    object). The log reads the file back, finds its own bytes and commits each batch once; the
+    query goes on and plain Spark's reader sees every row once."""
+    with gcs_fault_bucket(spark) as (root, bucket):
+        out, chk = f"{root}/out", f"{root}/chk"
+        inject_gcs(lose_answer=rf"^{bucket}/out/_spark_metadata/(3|5\.compact)$")
+        try:
+            with session_conf(spark, S3_CONFS):
+                assert _run_on_s3(spark, tmp_path, out, chk) == list(range(BATCHES))
+        finally:
+            inject_gcs()
+    seen = [line for line in gcs_faults_seen() if line.startswith(f"{bucket}/")]
+    assert seen == [
+        f"{bucket}/out/_spark_metadata/3 200",
+        f"{bucket}/out/_spark_metadata/5.compact 200",
+    ], seen
+    for b in (3, 5):
+        _assert_committed_once(spark, out, b)
+
+
+def test_on_gcs_a_publish_failing_unapplied_keeps_its_files_and_the_restart_commits_it_once(
+    spark: SparkSession,
+    gcs: str,  # noqa: F811  (the fixture)
+    tmp_path: Path,
+) -> None:
+    """Batch file 3's upload is answered 503 every time and never applied: the batch fails with
+    COMMIT_OUTCOME_UNKNOWN and keeps its data files (orphans, in no log); the restart commits it
+    once, and vacuum removes the orphans."""
+    with gcs_fault_bucket(spark) as (root, bucket):
+        out, chk = f"{root}/out", f"{root}/chk"
+        drop_inputs(tmp_path / "in", {b: rows_of(b) for b in range(BATCHES)})
+        inject_gcs(fail_publish=rf"^{bucket}/out/_spark_metadata/3$")
+        try:
+            with session_conf(spark, S3_CONFS):
+                query = start_query(spark, tmp_path / "in", out, chk, stateful=False)
+                with pytest.raises(
+                    batchlog.CommitOutcomeUnknownError,
+                    match="the store does not show the file now",
+                ):
+                    batchlog.await_query(query)
+        finally:
+            inject_gcs()
+        assert f"{bucket}/out/_spark_metadata/3 not-applied" in gcs_faults_seen()
+        assert batchlog.SinkLog(spark, out).batches() == [0, 1, 2]
+        kept = batchlog.verify(spark, out)
+        assert kept.healthy and {o.batch_id for o in kept.orphans} == {3}
+        with session_conf(spark, S3_CONFS):
+            fs = RemoteFs(spark, out)
+            assert run_query(spark, fs, tmp_path / "in", out, chk, False) == [3, 4, 5, 6]
+        assert rows(spark, out) == expected(range(BATCHES))
+        vacuumed = batchlog.vacuum(spark, out, older_than="0s", dry_run=False)
+        assert vacuumed.deleted_files == kept.orphan_count
+        assert batchlog.verify(spark, out).orphan_count == 0
+        assert rows(spark, out) == expected(range(BATCHES))

@@ -1,0 +1,195 @@
+"""A fault step in front of fake-gcs-server, for batchlog's tests of sinks on ``gs://``.
+
+    python gcs_proxy.py UPSTREAM READY_FILE FAULTS_FILE -- SERVER_COMMAND...
+
+Starts SERVER_COMMAND (fake-gcs-server serving at UPSTREAM) as its child, in its own process
+group, binds 127.0.0.1 on a port the kernel picks, writes ``http://127.0.0.1:<port>`` to
+READY_FILE once both serve, then forwards every request to UPSTREAM until it is killed (the test
+that started it stops its process group by PID: both). Every request is logged to stderr, one
+line each (``METHOD /path?query STATUS``). An upload's ``Location`` (a resumable session) is
+rewritten to this step, so every request of an upload passes here.
+
+It injects the faults FAULTS_FILE names (JSON, read at each request; ``{}``: none), each on the
+request that *publishes* an object (a ``multipart`` or ``media`` upload, the last ``PUT`` of a
+resumable one, a ``compose``, a ``copyTo``/``rewriteTo``) whose ``bucket/object`` a regex matches
+(``re.search``):
+
+- ``"lose_answer": REGEX``: the first such request of each object is forwarded (fake-gcs-server
+  applies it, or refuses it, as it would), then answered 503: a store that applied a request and
+  lost its answer (a load balancer's timeout). With ``"lose_answer_times": N`` the first N are.
+- ``"fail_publish": REGEX``: every such request is answered 503 without being forwarded: a
+  failure whose outcome the client cannot know, where nothing was applied.
+
+Each fault appends ``bucket/object <upstream status or not-applied>`` to ``<FAULTS_FILE>.lost``.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import re
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qs, unquote, urlparse
+
+#: A JSON API error as GCS answers it.
+_UNAVAILABLE = json.dumps(
+    {"error": {"code": 503, "message": "injected by gcs_proxy.py: backendError"}}
+).encode()
+
+#: Headers that describe one hop's connection, not the message.
+_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "te", "trailer"}
+
+
+def serve(upstream: str, ready: Path, faults: Path, command: list[str]) -> None:
+    up = urlparse(upstream)
+    child = subprocess.Popen(command)
+    deadline = time.monotonic() + 60
+    while not _answers(f"{upstream}/storage/v1/b"):
+        if child.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"gcs_proxy.py: {command[0]} did not start")
+        time.sleep(0.1)
+    lost: dict[str, int] = {}
+    sessions: dict[str, str] = {}  # resumable upload id -> bucket/object
+    lock = threading.Lock()
+    lost_file = faults.with_name(faults.name + ".lost")
+
+    def target(method: str, path: str, query: dict[str, list[str]], body: bytes) -> str | None:
+        """``bucket/object`` the request publishes, or None if it publishes nothing."""
+        m = re.match(r"^/upload/storage/v1/b/([^/]+)/o$", path)
+        if m and method in ("POST", "PUT"):
+            kind = query.get("uploadType", [""])[0]
+            if kind == "resumable" and "upload_id" in query:
+                with lock:
+                    return sessions.get(query["upload_id"][0])
+            if kind in ("multipart", "media"):
+                name = query.get("name", [None])[0] or _multipart_name(body)
+                return f"{m.group(1)}/{name}" if name else None
+            return None
+        m = re.match(r"^/storage/v1/b/([^/]+)/o/(.+)/compose$", path)
+        if m and method == "POST":
+            return f"{m.group(1)}/{unquote(m.group(2))}"
+        m = re.match(r"^/storage/v1/b/[^/]+/o/.+/(?:copyTo|rewriteTo)/b/([^/]+)/o/(.+)$", path)
+        if m and method == "POST":
+            return f"{m.group(1)}/{unquote(m.group(2))}"
+        return None
+
+    class Step(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, fmt: str, *args: object) -> None:  # the request log: stderr
+            pass
+
+        def _body(self) -> bytes:
+            if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+                out = bytearray()
+                while True:
+                    size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                    if size == 0:
+                        while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                            pass
+                        return bytes(out)
+                    out += self.rfile.read(size)
+                    self.rfile.readline()
+            return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+
+        def _answer(self, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
+            self.send_response(status)
+            for k, v in headers:
+                if k.lower() not in _HOP:
+                    self.send_header(k, v)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+
+        def _forward(self, body: bytes) -> tuple[int, list[tuple[str, str]], bytes]:
+            conn = http.client.HTTPConnection(up.hostname, up.port, timeout=120)
+            try:
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP}
+                headers["Host"] = up.netloc
+                conn.request(self.command, self.path, body=body or None, headers=headers)
+                r = conn.getresponse()
+                data = r.read()
+                me = f"http://{self.server.server_address[0]}:{self.server.server_address[1]}"
+                out = [(k, v.replace(upstream, me)) for k, v in r.getheaders()]
+                return r.status, out, data
+            finally:
+                conn.close()
+
+        def _handle(self) -> None:
+            body = self._body()
+            url = urlparse(self.path)
+            query = parse_qs(url.query)
+            name = target(self.command, url.path, query, body)
+            f = json.loads(faults.read_text() or "{}") if name and faults.exists() else {}
+            status: int | str
+            if f.get("fail_publish") and name and re.search(f["fail_publish"], name):
+                self._note(name, "not-applied")
+                status, answer = 503, (503, [("Content-Type", "application/json")], _UNAVAILABLE)
+            else:
+                answer = self._forward(body)
+                status = answer[0]
+                if answer[0] in (200, 201) and "uploadType=resumable" in url.query:
+                    self._remember_session(answer[1], url.path, body)
+                if name and f.get("lose_answer") and re.search(f["lose_answer"], name):
+                    with lock:
+                        lose = lost.get(name, 0) < int(f.get("lose_answer_times", 1))
+                        lost[name] = lost.get(name, 0) + lose
+                    if lose:
+                        self._note(name, str(answer[0]))
+                        status = f"503 (lost {answer[0]})"
+                        answer = (503, [("Content-Type", "application/json")], _UNAVAILABLE)
+            print(f"{self.command} {self.path} {status}", file=sys.stderr, flush=True)
+            self._answer(*answer)
+
+        def _remember_session(self, headers: list[tuple[str, str]], path: str, body: bytes) -> None:
+            """A resumable upload's start: its session's id, for the object it will publish."""
+            location = dict((k.lower(), v) for k, v in headers).get("location")
+            m = re.match(r"^/upload/storage/v1/b/([^/]+)/o$", path)
+            if not location or not m:
+                return
+            q = parse_qs(urlparse(location).query)
+            start = parse_qs(urlparse(self.path).query)
+            name = start.get("name", [None])[0] or _multipart_name(body)
+            if "upload_id" in q and name:
+                with lock:
+                    sessions[q["upload_id"][0]] = f"{m.group(1)}/{name}"
+
+        def _note(self, name: str, what: str) -> None:
+            with lock, open(lost_file, "a") as out:
+                out.write(f"{name} {what}\n")
+
+        do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = _handle
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Step)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    tmp = ready.with_name(ready.name + ".tmp")
+    tmp.write_text(f"http://127.0.0.1:{server.server_address[1]}")
+    tmp.rename(ready)  # the reader never sees a half-written file
+    while True:
+        time.sleep(3600)
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:
+            return bool(r.status == 200)
+    except OSError:
+        return False
+
+
+def _multipart_name(body: bytes) -> str | None:
+    """The object's name in a ``multipart`` upload's JSON part."""
+    m = re.search(rb'"name"\s*:\s*"((?:[^"\\]|\\.)*)"', body[:65536])
+    return json.loads(b'"' + m.group(1) + b'"') if m else None
+
+
+if __name__ == "__main__":
+    sep = sys.argv.index("--")
+    serve(sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[sep + 1 :])
