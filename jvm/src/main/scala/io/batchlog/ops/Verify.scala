@@ -2,7 +2,9 @@ package io.batchlog.ops
 
 import scala.collection.mutable
 
-import org.apache.hadoop.fs.{FileSystem, Path}
+import java.io.FileNotFoundException
+
+import org.apache.hadoop.fs.{FileStatus, FileSystem, Path}
 
 import org.apache.spark.paths.SparkPath
 import org.apache.spark.sql.SparkSession
@@ -50,6 +52,11 @@ import io.batchlog.log.{
  *
  * Healthy means: reading the sink through its log returns exactly the logged files, all inside the
  * output, and every index present is proved. Orphans alone do not make a sink unhealthy.
+ *
+ * Cost on an object store: the output is walked once, first (one LIST a 1,000 keys), and each live
+ * entry is checked against that listing; only an entry the walk did not see (a file committed
+ * since, a name not a data file's) is asked for by itself, one request. Before, every live file
+ * cost two (an existence check, then its status): 5,800 requests for a sink of 2,900 files.
  */
 object Verify {
 
@@ -117,19 +124,34 @@ object Verify {
       sink: Path,
       logged: collection.Set[String]
   ): (Seq[Orphan], OutputFiles.Extras) = {
-    val out = mutable.ArrayBuffer.empty[Orphan]
-    val extras = OutputFiles.foreachDataFile(fs, sink) { f =>
-      if (!logged.contains(key(f.getPath))) {
-        out += Orphan(
+    val (listed, extras) = dataFiles(fs, sink)
+    (orphansOf(listed, logged), extras)
+  }
+
+  /** Every data file under `sink` by [[key]], in the walk's order, and what else the walk met. */
+  def dataFiles(
+      fs: FileSystem,
+      sink: Path
+  ): (collection.Map[String, FileStatus], OutputFiles.Extras) = {
+    val listed = mutable.LinkedHashMap.empty[String, FileStatus]
+    val extras = OutputFiles.foreachDataFile(fs, sink)(f => listed(key(f.getPath)) = f)
+    (listed, extras)
+  }
+
+  /** The files of `listed` not in `logged`, in the walk's order. */
+  def orphansOf(
+      listed: collection.Map[String, FileStatus],
+      logged: collection.Set[String]
+  ): Seq[Orphan] =
+    listed.iterator.collect {
+      case (k, f) if !logged.contains(k) =>
+        Orphan(
           f.getPath,
           f.getLen,
           f.getModificationTime,
           DataFileNaming.batchIdOf(f.getPath.getName)
         )
-      }
-    }
-    (out.toSeq, extras)
-  }
+    }.toSeq
 
   /** Fails with FOREIGN_PATH, naming the first of `foreign`, unless it is empty. */
   def refuseForeign(op: String, sink: Path, foreign: Seq[ForeignEntry]): Unit =
@@ -157,6 +179,9 @@ object Verify {
     val boundary = new SinkBoundary(fs, sink)
     var liveFiles, liveBytes, untagged = 0L
     val indexErrors = mutable.ArrayBuffer.empty[String]
+    // The walk first: a file a running writer commits after it is logged when the log is read,
+    // so it is no orphan, and is asked for by itself (not in the listing), so it is not missing.
+    val (listed, extras) = dataFiles(fs, sink)
     val found =
       try indexes(log)
       catch {
@@ -176,10 +201,11 @@ object Verify {
       }
       boundary.foreignEntry(e) match {
         case Some(f) => foreign += f // never looked at: not the sink's file
-        case None if !fs.exists(p) => missing += e
         case None =>
-          val actual = fs.getFileStatus(p).getLen
-          if (actual != e.size) sizeMismatch += ((e, actual))
+          listed.get(key(p)).orElse(statusOf(fs, p)) match {
+            case None => missing += e
+            case Some(st) => if (st.getLen != e.size) sizeMismatch += ((e, st.getLen))
+          }
       }
     }
     try {
@@ -205,8 +231,7 @@ object Verify {
       catch { case e: BatchLogException => logErrors += e.getMessage }
     }
     // With an unreadable log, every data file would look orphaned: list none rather than mislead.
-    val (orphanList, extras) = orphans(fs, sink, logged)
-    val orphanFiles = if (logErrors.isEmpty) orphanList else Nil
+    val orphanFiles = if (logErrors.isEmpty) orphansOf(listed, logged) else Nil
     logErrors ++= indexErrors
     logErrors ++= found.damageErrors
     val indexProblems = found.problems
@@ -248,6 +273,11 @@ object Verify {
       openUploads(fs, meta).map(OpenUpload(_))
     )
   }
+
+  /** The status of `p`, or None if there is no such file: one request. */
+  private def statusOf(fs: FileSystem, p: Path): Option[FileStatus] =
+    try Some(fs.getFileStatus(p))
+    catch { case _: FileNotFoundException => None }
 
   /**
    * The multipart uploads open under the sink's `_spark_metadata/` and `_batchlog/` (S3A; none

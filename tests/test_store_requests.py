@@ -1,0 +1,85 @@
+"""What the read-only and maintenance commands cost on an object store, in requests (issue 42,
+item 4): ``verify`` checks the live files against one listing of the output, not by two requests
+a file, so its requests do not grow with the sink's live files (below 1,000 a listing).
+
+On the S3 test server (moto, its request log), through S3A.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import batchlog
+import pytest
+from conftest import COMMIT_PROTOCOL_KEY, COMPACT_INTERVAL_KEY, drop_inputs, row_tuples
+from pyspark.sql import SparkSession
+from storage_support import RemoteFs, Store, faulty_s3, rows, run_query
+from support import session_conf
+
+#: batchlog's committer, compactInterval 3, one task a batch (two files: one a country).
+CONFS = {
+    COMMIT_PROTOCOL_KEY: batchlog.COMMIT_PROTOCOL_CLASS,
+    COMPACT_INTERVAL_KEY: "3",
+    "spark.sql.shuffle.partitions": "1",
+}
+BATCHES = 7
+#: verify's requests on such a sink, whatever its live files (measured: 49).
+BUDGET = 49
+
+
+@pytest.fixture(scope="module")
+def store(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
+    yield from faulty_s3(spark, tmp_path_factory, "s3requests")
+
+
+def _sink(spark: SparkSession, store: Store, tmp_path: Path, countries: int) -> str:
+    """A sink of 7 batches (compact files 2 and 5, batch file 6), each batch writing one data file
+    a country of its ``countries``: the same log files whatever ``countries``."""
+    bucket = store.bucket()
+    out, chk = f"s3a://{bucket}/out", f"s3a://{bucket}/chk"
+    inbox = tmp_path / f"in-{countries}"
+    batches = {
+        b: [{"id": b * 100 + c, "country": f"C{c}", "amount": b} for c in range(countries)]
+        for b in range(BATCHES)
+    }
+    drop_inputs(inbox, batches)
+    with session_conf(spark, CONFS):
+        assert run_query(spark, RemoteFs(spark, out), inbox, out, chk, False) == list(
+            range(BATCHES)
+        )
+    assert rows(spark, out) == row_tuples(r for rs in batches.values() for r in rs)
+    return out
+
+
+def _verify_counted(spark: SparkSession, store: Store, out: str) -> Counter[str]:
+    """The requests one ``verify`` of ``out`` sent, by method; it must find the sink healthy."""
+    before = len(store.requests())
+    report = batchlog.verify(spark, out)
+    assert report.healthy and report.orphan_count == 0, report
+    return Counter(method for method, _ in store.requests()[before:])
+
+
+def test_verify_sends_as_many_requests_for_56_live_files_as_for_14(
+    spark: SparkSession, store: Store, tmp_path: Path
+) -> None:
+    """Two sinks with the same log files and 14 and 56 live data files: verify sends the same
+    requests to each (one LIST of the output, no request a live file), and still finds a missing
+    file and a size mismatch."""
+    small, large = _sink(spark, store, tmp_path, 2), _sink(spark, store, tmp_path, 8)
+    assert [batchlog.verify(spark, out).live_files for out in (small, large)] == [14, 56]
+    costs = {out: _verify_counted(spark, store, out) for out in (small, large)}
+    assert costs[small] == costs[large], costs
+    assert sum(costs[large].values()) <= BUDGET, costs[large]
+
+    # what the listing says is checked as a request a file said it
+    log = batchlog.SinkLog(spark, large)
+    fs = RemoteFs(spark, large)
+    gone, cut = log.files(4)[0], log.files(6)[0]
+    fs.delete(gone)
+    fs.write_bytes(cut, b"not the file the log says")
+    report = batchlog.verify(spark, large)
+    assert not report.healthy
+    assert [m.path for m in report.missing] == [gone]
+    assert [(m.path, m.actual_size) for m in report.size_mismatch] == [(cut, 25)]
