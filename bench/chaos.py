@@ -1,7 +1,7 @@
-"""A seeded chaos campaign against a two-hop pipeline of batchlog sinks (local disk or S3).
+"""A seeded chaos campaign against a two-hop pipeline of batchlog sinks (local disk, S3, GCS).
 
-    bench/run chaos --seed S --minutes M [--store local|s3] [--keep-going] [--json FILE]
-    bench/run chaos [--store s3] --replay FILE    the operations a failed run wrote, again
+    bench/run chaos --seed S --minutes M [--store local|s3|gcs] [--keep-going] [--json FILE]
+    bench/run chaos [--store s3|gcs] --replay FILE    the operations a failed run wrote, again
 
 Random operations from a weighted menu, each applied to a real sink written by real queries:
 feed input; start a writer (a ``spark-submit`` driver, ``tests/apps/live_writer_app.py``), now and
@@ -28,9 +28,11 @@ file, with the command that replays it. Exit 1 on a violation. With ``--keep-goi
 run) it then goes on with a new world and the next seed until the time is up.
 
 With ``--store s3`` the sink and its checkpoints live in a bucket of the S3 test server (moto
-behind ``tests/servers/s3_server.py``), the downstream hop on the local disk; a writer may then
-also start with a fault of that server: a publish applied with its answer lost (once, or with its
-retries' too), or one that fails unapplied.
+behind ``tests/servers/s3_server.py``), with ``--store gcs`` in one of the GCS test server
+(fake-gcs-server behind ``tests/servers/gcs_proxy.py``, reached through Google's connector), the
+downstream hop on the local disk; a writer may then also start with a fault of that server: a
+publish applied with its answer lost (once, or with its retries' too), or one that fails
+unapplied.
 
 A rewind is, one time in two, a cascade (``rewind --cascade``): the downstream hop is then
 rewound with the sink, and must not stop with ``UPSTREAM_REWOUND`` at its next run.
@@ -74,8 +76,18 @@ from reliability_support import (  # noqa: E402
     spark_submit,
     write_input,
 )
-from storage_support import RemoteFs, create_bucket, s3a_conf, start_s3, stop_server  # noqa: E402
+from storage_support import (  # noqa: E402
+    RemoteFs,
+    create_bucket,
+    create_gcs_bucket,
+    gcs_conf,
+    s3a_conf,
+    start_gcs,
+    start_s3,
+    stop_server,
+)
 from support import (  # noqa: E402
+    GCS_CLASSPATH,
     S3A_CLASSPATH,
     get_spark,
     rot_compact,
@@ -118,8 +130,9 @@ FAULTS = [
 ]
 
 
-#: Store faults of the S3 test server a writer may start with (``s3_server.py``): a publish
-#: applied with its answer lost (once, or with the retries' too), or failing unapplied.
+#: Store faults of the object store's test server a writer may start with (``s3_server.py``,
+#: ``gcs_proxy.py``: the same names): a publish applied with its answer lost (once, or with the
+#: retries' too), or failing unapplied.
 S3_FAULTS = [
     {"lose_answer": r"/out/_spark_metadata/\d+$"},
     {"lose_answer": r"/out/_spark_metadata/\d+\.compact$", "lose_answer_times": 3},
@@ -137,16 +150,39 @@ class WorldEnds(Exception):
 
 
 @dataclass
-class S3:
-    """The S3 test server of a run (moto behind ``s3_server.py``'s fault step): one bucket per
-    world, its faults file."""
+class Store:
+    """The object store's test server of a run (``s3``: moto behind ``s3_server.py``'s fault step;
+    ``gcs``: fake-gcs-server behind ``gcs_proxy.py``): one bucket per world, its faults file."""
 
+    kind: str
     endpoint: str
     faults: Path
     proc: subprocess.Popen[bytes]
 
     def inject(self, faults: dict[str, Any] | None) -> None:
         self.faults.write_text(json.dumps(faults or {}))
+
+    def new_bucket(self, name: str) -> str:
+        """A new bucket: its URI (``s3a://name``, ``gs://name``)."""
+        if self.kind == "gcs":
+            create_gcs_bucket(self.endpoint, name)
+            return f"gs://{name}"
+        create_bucket(self.endpoint, name)
+        return f"s3a://{name}"
+
+    @property
+    def hadoop(self) -> dict[str, str]:
+        """What a process needs to reach the store. Google's connector retries a failed request
+        ten times over two minutes: here twice, so that a publish failing unapplied fails soon."""
+        if self.kind == "gcs":
+            conf = {**gcs_conf(self.endpoint), "fs.gs.http.max.retry": "2"}
+        else:
+            conf = s3a_conf(self.endpoint)
+        return {str(k): str(v) for k, v in conf.items()}
+
+    @property
+    def classpath(self) -> str:
+        return str(GCS_CLASSPATH if self.kind == "gcs" else S3A_CLASSPATH)
 
 
 @dataclass
@@ -155,9 +191,9 @@ class World:
 
     root: Path
     spark: Any
-    #: where the sink and its checkpoints live: ``file:<root>`` or ``s3a://<bucket>``
+    #: where the sink and its checkpoints live: ``file:<root>``, ``s3a://<bucket>``, ``gs://...``
     base: str
-    s3: S3 | None = None
+    s3: Store | None = None
     fed: list[int] = field(default_factory=list)
     #: ids a new owner's first batches read, which the sink skips by design (never in it)
     skipped: list[int] = field(default_factory=list)
@@ -202,7 +238,7 @@ class World:
     @property
     def hadoop(self) -> dict[str, str]:
         """What a plain reader needs to reach the store."""
-        return s3a_conf(self.s3.endpoint) if self.s3 else {}
+        return self.s3.hadoop if self.s3 else {}
 
     @property
     def control(self) -> Path:
@@ -237,7 +273,7 @@ def _writer_cmd(w: World, fault: tuple[str, str, str] | None) -> list[str]:
     confs.update({f"spark.hadoop.{k}": v for k, v in w.hadoop.items()})
     cmd = [spark_submit(), "--master", "local[2]", "--jars", jars]
     if w.s3:
-        cmd += ["--driver-class-path", S3A_CLASSPATH]
+        cmd += ["--driver-class-path", w.s3.classpath]
     for k, v in confs.items():
         cmd += ["--conf", f"{k}={v}"]
     return (
@@ -580,14 +616,13 @@ def _sentinels(w: World) -> list[str]:
     return [f"{w.base}/outside/keep.txt"] + ([] if w.s3 else [f"file:{w.outside}/keep.txt"])
 
 
-def new_world(spark: Any, s3: S3 | None) -> World:
+def new_world(spark: Any, s3: Store | None) -> World:
     """A fresh world: the sink's store with a sentinel beside the sink (and, on the local disk, a
     link from the output to another), which nothing may touch."""
     root = Path(tempfile.mkdtemp(prefix="batchlog-chaos-"))
     if s3:
         bucket = f"chaos-{root.name.split('-')[-1].lower().replace('_', '0')}"
-        create_bucket(s3.endpoint, bucket)
-        w = World(root, spark, f"s3a://{bucket}", s3)
+        w = World(root, spark, s3.new_bucket(bucket), s3)
     else:
         w = World(root, spark, f"file:{root}")
     for d in (w.inp, w.control, w.outside):
@@ -628,7 +663,7 @@ def plan(seed: int, n: int) -> list[dict[str, Any]]:
 
 
 def run(
-    spark: Any, ops: list[dict[str, Any]], deadline: float, s3: S3 | None
+    spark: Any, ops: list[dict[str, Any]], deadline: float, s3: Store | None
 ) -> tuple[int, World, str | None]:
     """Applies ``ops`` in a fresh world (on ``s3``'s server if given) until one violates the model
     or ``deadline`` passes: how many ran, the world, and the violation (None: none)."""
@@ -676,13 +711,13 @@ def _label(op: dict[str, Any], w: World) -> str:
     if w.s3 and op.get("s3_fault"):
         kind = str(next(iter(op["s3_fault"])))
         times = op["s3_fault"].get("lose_answer_times")
-        faults.append(f"S3 {kind}" + (f" x{times}" if times else ""))
+        faults.append(f"{w.s3.kind.upper()} {kind}" + (f" x{times}" if times else ""))
     name = str(op["op"]) + (" --cascade" if op.get("cascade") else "")
     return name + (f" ({', '.join(faults)})" if faults else "")
 
 
 def shrink(
-    spark: Any, ops: list[dict[str, Any]], minutes: float, s3: S3 | None
+    spark: Any, ops: list[dict[str, Any]], minutes: float, s3: Store | None
 ) -> list[dict[str, Any]]:
     """Drops operations one at a time, last first, while the run still fails."""
     end = time.monotonic() + minutes * 60
@@ -711,7 +746,9 @@ def main() -> int:
     )
     p.add_argument("--replay", type=Path, help="a file of operations a failed run wrote")
     p.add_argument("--json", type=Path, help="where to write the run's counts")
-    p.add_argument("--store", choices=["local", "s3"], default="local", help="where the sink lives")
+    p.add_argument(
+        "--store", choices=["local", "s3", "gcs"], default="local", help="where the sink lives"
+    )
     p.add_argument(
         "--keep-going",
         action="store_true",
@@ -721,14 +758,17 @@ def main() -> int:
     WORLD_BATCHES = args.world_batches
     spark = get_spark()
     s3 = None
-    if args.store == "s3":
-        root = Path(tempfile.mkdtemp(prefix="batchlog-chaos-s3-"))
+    if args.store != "local":
+        root = Path(tempfile.mkdtemp(prefix=f"batchlog-chaos-{args.store}-"))
         faults = root / "faults.json"
-        faults.write_text("{}")
-        proc, endpoint, _ = start_s3(root, faults=faults)
-        s3 = S3(endpoint, faults, proc)
+        if args.store == "gcs":
+            proc, endpoint = start_gcs(root)
+        else:
+            faults.write_text("{}")
+            proc, endpoint, _ = start_s3(root, faults=faults)
+        s3 = Store(args.store, endpoint, faults, proc)
         hconf = spark.sparkContext._jsc.hadoopConfiguration()
-        for k, v in s3a_conf(endpoint).items():
+        for k, v in s3.hadoop.items():
             hconf.set(k, v)
     try:
         return campaign(spark, args, s3)
@@ -737,7 +777,7 @@ def main() -> int:
             stop_server(s3.proc)
 
 
-def campaign(spark: Any, args: argparse.Namespace, s3: S3 | None) -> int:
+def campaign(spark: Any, args: argparse.Namespace, s3: Store | None) -> int:
     """The runs main asked for: one, or with ``--keep-going`` one world after another (seed,
     seed + 1, ...) until the time is up, each violation shrunk and recorded; the exit code."""
     # the operations watch a lease they find for its timeout, as the CLI does

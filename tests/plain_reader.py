@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from support import QUERY_TIMEOUT_S, REPO, S3A_CLASSPATH
+from support import GCS_CLASSPATH, QUERY_TIMEOUT_S, REPO, S3A_CLASSPATH
 
 APP = REPO / "tests" / "apps" / "plain_reader.py"
 PREFIX = "PLAIN-READER "
@@ -64,7 +64,8 @@ class PlainReader:
         self, out: Path | str, column: str = "id", hadoop: Mapping[str, str] | None = None
     ) -> dict[str, Any]:
         """A parquet sink's ``rows``, sorted ``ids`` and rows per ``part``; ``hadoop``: settings
-        to reach its store (``s3a://``: the reader has hadoop-aws on its class path)."""
+        to reach its store (``s3a://``, ``gs://``: the reader has hadoop-aws and Google's
+        connector on its class path)."""
         req = {"op": "ids", "path": str(out), "column": column, "hadoop": dict(hadoop or {})}
         found: dict[str, Any] = self._ask(req)
         return found
@@ -89,7 +90,7 @@ class PlainReader:
         self.close()
         self._log = tempfile.TemporaryFile()
         self._proc = subprocess.Popen(
-            [sys.executable, str(APP), S3A_CLASSPATH],
+            [sys.executable, str(APP), f"{S3A_CLASSPATH}:{GCS_CLASSPATH}"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._log,

@@ -368,14 +368,8 @@ def inject_gcs(**faults: int | str) -> None:
     file.write_text(json.dumps(faults))
 
 
-@contextlib.contextmanager
-def gcs_fault_bucket(spark: SparkSession, retries: int = 1) -> Iterator[tuple[str, str]]:
-    """A new bucket on this process's GCS server: its ``gs://`` URI and name. Google's connector
-    retries a failed request ten times, over two minutes: the bucket's file systems, made in the
-    block (Hadoop caches one a bucket), retry ``retries`` times, so a test of a fault the
-    connector cannot get past takes seconds."""
-    [endpoint] = [endpoint for kind, (_, endpoint) in _SERVERS.items() if kind == "gcs"]
-    name = f"faults-{uuid.uuid4().hex[:10]}"
+def create_gcs_bucket(endpoint: str, name: str) -> None:
+    """Creates bucket ``name`` on the GCS test server at ``endpoint`` (its JSON API)."""
     request = urllib.request.Request(
         f"{endpoint}/storage/v1/b?project=batchlog-tests",
         data=json.dumps({"name": name}).encode(),
@@ -384,6 +378,17 @@ def gcs_fault_bucket(spark: SparkSession, retries: int = 1) -> Iterator[tuple[st
     )
     with urllib.request.urlopen(request, timeout=30):
         pass
+
+
+@contextlib.contextmanager
+def gcs_fault_bucket(spark: SparkSession, retries: int = 1) -> Iterator[tuple[str, str]]:
+    """A new bucket on this process's GCS server: its ``gs://`` URI and name. Google's connector
+    retries a failed request ten times, over two minutes: the bucket's file systems, made in the
+    block (Hadoop caches one a bucket), retry ``retries`` times, so a test of a fault the
+    connector cannot get past takes seconds."""
+    [endpoint] = [endpoint for kind, (_, endpoint) in _SERVERS.items() if kind == "gcs"]
+    name = f"faults-{uuid.uuid4().hex[:10]}"
+    create_gcs_bucket(endpoint, name)
     hconf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
     key = "fs.gs.http.max.retry"
     before = hconf.get(key)
