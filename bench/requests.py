@@ -275,6 +275,16 @@ def main() -> None:
                 f"batch_of(a file of {b})", rlog, lambda b=b, p=path: logs[b].batch_of(p)
             )
         del log
+        live = batchlog.verify(spark, out).live_files
+        for name, op in (
+            (f"verify ({live} live files)", lambda: batchlog.verify(spark, out) and 0),
+            ("vacuum, dry run", lambda: batchlog.vacuum(spark, out, "1h", dry_run=True) and 0),
+            (
+                "repair, dry run (healthy)",
+                lambda: batchlog.repair(spark, out, dry_run=True, quiet=True) and 0,
+            ),
+        ):
+            ops[name] = measure(name, rlog, op)
         chk = stores["batchlog"] + "/chk"
         to = args.batches - 5
         ops["rewind plan (dry run)"] = measure(
