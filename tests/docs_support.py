@@ -55,8 +55,11 @@ BATCHLOG_NOTES: dict[str, str] = {
     "than this duration, e.g. `30d`",
     "spark.batchlog.delete.parallelism": "threads deleting files in a rewind",
     "spark.batchlog.compaction.serverSide": "on S3A (Hadoop 3.4+), a compaction's kept bytes are "
-    "copied by the store, conditional on the ETag the previous index recorded; `inspect` shows "
-    "the path a sink takes",
+    "copied by the store, conditional on the ETag the previous index recorded; on GCS the "
+    "previous compact file and the new lines are composed by the store; `inspect` shows the path "
+    "a sink takes",
+    "spark.batchlog.compaction.serverSideMinBytes": "a smaller previous compact file is "
+    "compacted through the driver",
     "spark.batchlog.writer.leaseTimeout": "the writer refreshes its lease every quarter of this "
     "and stops committing once its last successful refresh is older than three quarters; "
     "another process calls the lease dead once it has watched it unchanged for all of it",

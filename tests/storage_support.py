@@ -351,6 +351,7 @@ def start_gcs(root: Path) -> tuple[subprocess.Popen[bytes], str]:
     try:
         endpoint = _wait_ready(proc, ready, log, "fake-gcs-server and its fault step")
         _GCS_FAULTS[endpoint] = faults
+        _GCS_LOGS[endpoint] = log
         return proc, endpoint
     except BaseException:
         stop_server(proc)
@@ -359,6 +360,15 @@ def start_gcs(root: Path) -> tuple[subprocess.Popen[bytes], str]:
 
 #: The fault file of each GCS endpoint this process started (see ``servers/gcs_proxy.py``).
 _GCS_FAULTS: dict[str, Path] = {}
+#: The request log of each.
+_GCS_LOGS: dict[str, Path] = {}
+
+
+def gcs_requests() -> list[str]:
+    """``METHOD /path?query STATUS`` of every request this process's GCS server was sent, in
+    order (a lost answer's status: ``503/lost:<the store's>``)."""
+    [log] = [_GCS_LOGS[endpoint] for kind, (_, endpoint) in _SERVERS.items() if kind == "gcs"]
+    return [line for line in log.read_text(errors="replace").splitlines() if line[:1].isupper()]
 
 
 def inject_gcs(**faults: int | str) -> None:

@@ -225,19 +225,18 @@ def test_a_multipart_completion_applied_with_its_answer_lost_commits_the_compact
     assert jvm is not None
     copy = getattr(getattr(jvm.io.batchlog.log, "ObjectStoreCopy$"), "MODULE$")
     stats = lambda: json.loads(copy.statsJson())  # noqa: E731
-    was = copy.minCompactBytes()
-    getattr(copy, "minCompactBytes_$eq")(1)  # any previous compact file is copied on the store
     bucket = store.bucket()
     out, chk = f"s3a://{bucket}/out", f"s3a://{bucket}/chk"
     # every attempt's answer lost: the client's retries of the completion fail too
     store.inject(lose_answer=rf"^{bucket}/out/_spark_metadata/5\.compact$", lose_answer_times=100)
     before = stats()
+    # any previous compact file is copied on the store
+    confs = {**S3_CONFS, "spark.batchlog.compaction.serverSideMinBytes": "0"}
     try:
-        with session_conf(spark, S3_CONFS):
+        with session_conf(spark, confs):
             assert _run_on_s3(spark, tmp_path, out, chk) == list(range(BATCHES))
     finally:
         store.inject()
-        getattr(copy, "minCompactBytes_$eq")(was)
     after = stats()
     lost = [line for line in _lost(store) if line.startswith(f"{bucket}/")]
     assert lost[0] == f"{bucket}/out/_spark_metadata/5.compact 200 OK", lost

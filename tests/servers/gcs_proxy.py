@@ -9,18 +9,23 @@ that started it stops its process group by PID: both). Every request is logged t
 line each (``METHOD /path?query STATUS``). An upload's ``Location`` (a resumable session) is
 rewritten to this step, so every request of an upload passes here.
 
-It injects the faults FAULTS_FILE names (JSON, read at each request; ``{}``: none), each on the
-request that *publishes* an object (a ``multipart`` or ``media`` upload, the last ``PUT`` of a
-resumable one, a ``compose``, a ``copyTo``/``rewriteTo``) whose ``bucket/object`` a regex matches
-(``re.search``):
+It refuses (412) a ``compose`` with ``ifGenerationMatch=0`` onto an object that exists, as GCS
+does: fake-gcs-server ignores conditions on ``compose``. And it injects the faults FAULTS_FILE
+names (JSON, read at each request; ``{}``: none), each on the request that *publishes* an object
+(a ``multipart`` or ``media`` upload, the last ``PUT`` of a resumable one, a ``compose``, a
+``copyTo``/``rewriteTo``) whose ``bucket/object`` a regex matches (``re.search``):
 
 - ``"lose_answer": REGEX``: the first such request of each object is forwarded (fake-gcs-server
   applies it, or refuses it, as it would), then answered 503: a store that applied a request and
   lost its answer (a load balancer's timeout). With ``"lose_answer_times": N`` the first N are.
 - ``"fail_publish": REGEX``: every such request is answered 503 without being forwarded: a
   failure whose outcome the client cannot know, where nothing was applied.
+  ``"fail_compose": REGEX``: the same, for composes only.
+- ``"publish_before_compose": REGEX``: before a compose of a matching object, :data:`SECOND_WRITER`
+  is uploaded there if nothing is: a second writer that published the same log file first.
 
-Each fault appends ``bucket/object <upstream status or not-applied>`` to ``<FAULTS_FILE>.lost``.
+Each fault appends ``bucket/object <upstream status or not-applied>`` to ``<FAULTS_FILE>.lost``;
+a lost answer is logged with status ``503/lost:<upstream status>``.
 """
 
 from __future__ import annotations
@@ -35,11 +40,24 @@ import time
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from urllib.parse import parse_qs, unquote, urlparse
+from urllib.parse import parse_qs, unquote, urlencode, urlparse
 
 #: A JSON API error as GCS answers it.
 _UNAVAILABLE = json.dumps(
     {"error": {"code": 503, "message": "injected by gcs_proxy.py: backendError"}}
+).encode()
+
+#: What ``publish_before_compose`` puts: a log file of another writer.
+SECOND_WRITER = b'v1\n{"path":"gs://second/writer","size":1,"batchId":5}'
+
+#: GCS's refusal of a request whose precondition does not hold.
+_PRECONDITION = json.dumps(
+    {
+        "error": {
+            "code": 412,
+            "message": "At least one of the pre-conditions you specified did not hold.",
+        }
+    }
 ).encode()
 
 #: Headers that describe one hop's connection, not the message.
@@ -56,7 +74,7 @@ def serve(upstream: str, ready: Path, faults: Path, command: list[str]) -> None:
         time.sleep(0.1)
     lost: dict[str, int] = {}
     sessions: dict[str, str] = {}  # resumable upload id -> bucket/object
-    lock = threading.Lock()
+    lock, compose_lock = threading.Lock(), threading.Lock()
     lost_file = faults.with_name(faults.name + ".lost")
 
     def target(method: str, path: str, query: dict[str, list[str]], body: bytes) -> str | None:
@@ -122,6 +140,27 @@ def serve(upstream: str, ready: Path, faults: Path, command: list[str]) -> None:
             finally:
                 conn.close()
 
+        def _forward_checked(
+            self, body: bytes, path: str, query: dict[str, list[str]]
+        ) -> tuple[int, list[tuple[str, str]], bytes]:
+            """Forwards the request; a ``compose`` with ``ifGenerationMatch=0`` onto an object
+            that exists is refused (412) here, as GCS refuses it: fake-gcs-server ignores the
+            condition (v1.56.1 composes with no conditions). Composes run one at a time, so the
+            check and the compose are one step for them."""
+            m = re.match(r"^/storage/v1/b/([^/]+)/o/(.+)/compose$", path)
+            if not (m and self.command == "POST" and query.get("ifGenerationMatch") == ["0"]):
+                return self._forward(body)
+            with compose_lock:
+                conn = http.client.HTTPConnection(up.hostname, up.port, timeout=60)
+                try:
+                    conn.request("GET", f"/storage/v1/b/{m.group(1)}/o/{m.group(2)}")
+                    exists = conn.getresponse().status == 200
+                finally:
+                    conn.close()
+                if exists:
+                    return 412, [("Content-Type", "application/json")], _PRECONDITION
+                return self._forward(body)
+
         def _handle(self) -> None:
             body = self._body()
             url = urlparse(self.path)
@@ -129,11 +168,16 @@ def serve(upstream: str, ready: Path, faults: Path, command: list[str]) -> None:
             name = target(self.command, url.path, query, body)
             f = json.loads(faults.read_text() or "{}") if name and faults.exists() else {}
             status: int | str
-            if f.get("fail_publish") and name and re.search(f["fail_publish"], name):
+            compose = url.path.endswith("/compose")
+            fail = f.get("fail_publish") or (f.get("fail_compose") if compose else None)
+            if compose and name and f.get("publish_before_compose"):
+                if re.search(f["publish_before_compose"], name):
+                    self._second_writer(name)
+            if fail and name and re.search(fail, name):
                 self._note(name, "not-applied")
                 status, answer = 503, (503, [("Content-Type", "application/json")], _UNAVAILABLE)
             else:
-                answer = self._forward(body)
+                answer = self._forward_checked(body, url.path, query)
                 status = answer[0]
                 if answer[0] in (200, 201) and "uploadType=resumable" in url.query:
                     self._remember_session(answer[1], url.path, body)
@@ -143,10 +187,22 @@ def serve(upstream: str, ready: Path, faults: Path, command: list[str]) -> None:
                         lost[name] = lost.get(name, 0) + lose
                     if lose:
                         self._note(name, str(answer[0]))
-                        status = f"503 (lost {answer[0]})"
+                        status = f"503/lost:{answer[0]}"
                         answer = (503, [("Content-Type", "application/json")], _UNAVAILABLE)
             print(f"{self.command} {self.path} {status}", file=sys.stderr, flush=True)
             self._answer(*answer)
+
+        def _second_writer(self, name: str) -> None:
+            """Puts :data:`SECOND_WRITER` at ``bucket/object`` (a media upload upstream) if there
+            is nothing there: another writer's log file, published first."""
+            bucket, obj = name.split("/", 1)
+            conn = http.client.HTTPConnection(up.hostname, up.port, timeout=60)
+            try:
+                query = urlencode({"uploadType": "media", "name": obj, "ifGenerationMatch": "0"})
+                conn.request("POST", f"/upload/storage/v1/b/{bucket}/o?{query}", SECOND_WRITER)
+                conn.getresponse().read()
+            finally:
+                conn.close()
 
         def _remember_session(self, headers: list[tuple[str, str]], path: str, body: bytes) -> None:
             """A resumable upload's start: its session's id, for the object it will publish."""

@@ -189,15 +189,40 @@ object BatchLogConf {
 
   /**
    * Whether a compaction on S3A copies the previous compact file's runs on the store (a multipart
-   * upload of ranged part copies, `io.batchlog.log.ObjectStoreCopy`) where it can: `true` (default)
-   * or `false` (always through the driver, as on other file systems).
+   * upload of ranged part copies, `io.batchlog.log.ObjectStoreCopy`), and on GCS composes it with
+   * the new lines (`io.batchlog.log.GcsCompose`), where it can: `true` (default) or `false` (always
+   * through the driver, as on other file systems).
    */
   val ServerSideCompactionKey: String = key(
     "spark.batchlog.compaction.serverSide",
     "On S3A, copy the previous compact file on the store (a multipart upload of ranged part " +
-      "copies) where it can; false: through the driver.",
+      "copies); on GCS, compose it with the new lines; where it can. False: through the driver.",
     Some("true")
   )
+
+  /**
+   * The size from which a previous compact file is compacted on the store (S3A copy, GCS compose):
+   * below it, one upload through the driver costs less than a copy and an upload.
+   */
+  val ServerSideMinBytesKey: String = key(
+    "spark.batchlog.compaction.serverSideMinBytes",
+    "Compact on the store only when the previous compact file is at least this large (e.g. 8m); " +
+      "below it one upload through the driver costs less.",
+    Some("8m")
+  )
+
+  def serverSideMinBytes(spark: SparkSession): Long = {
+    val v = spark.conf.getOption(ServerSideMinBytesKey).getOrElse("8m").trim
+    try org.apache.spark.network.util.JavaUtils.byteStringAsBytes(v)
+    catch {
+      case _: NumberFormatException =>
+        throw BatchLogException.invalidArgument(
+          ServerSideMinBytesKey,
+          v,
+          "it must be a size such as 8m, 512k or 0"
+        )
+    }
+  }
 
   def serverSideCompaction(spark: SparkSession): Boolean =
     spark.conf.getOption(ServerSideCompactionKey).map(_.trim.toLowerCase) match {

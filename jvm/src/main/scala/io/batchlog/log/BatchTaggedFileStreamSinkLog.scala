@@ -86,6 +86,7 @@ class BatchTaggedFileStreamSinkLog(
 
   /** `spark.batchlog.compaction.serverSide`: may a compaction copy on the store? */
   private[log] val serverSideCompaction = BatchLogConf.serverSideCompaction(sparkSession)
+  private[log] val serverSideMinBytes = BatchLogConf.serverSideMinBytes(sparkSession)
   private val maxAgeMs = math.min(retentionMs, retention.ageMs.getOrElse(Long.MaxValue))
 
   /** Entries older than the sink's `retention` option or `spark.batchlog.retention.age`. */
@@ -128,7 +129,7 @@ class BatchTaggedFileStreamSinkLog(
         publishSent = true
       }
       storeCopy.filter(_.file == batchMetadataFile) match {
-        case Some(target) => // a compaction copying on the store ([[ObjectStoreCopy]])
+        case Some(target) => // a compaction on the store ([[ObjectStoreCopy]], [[GcsCompose]])
           target.publish(written)
         case None => LogFiles.publish(fileManager, batchMetadataFile, overwrite = false)(written)
       }
@@ -221,7 +222,7 @@ class BatchTaggedFileStreamSinkLog(
   @volatile private[log] var publishSent = false
 
   /** Set by a compaction for the upload that copies on the store ([[StreamingCompaction]]). */
-  @volatile private[log] var storeCopy: Option[ObjectStoreCopy.Target] = None
+  @volatile private[log] var storeCopy: Option[StoreCompaction] = None
 
   /** The batch this instance logged last (-1: none): the next one needs no probe for it. */
   @volatile private var lastAdded = -1L

@@ -56,7 +56,9 @@ private[batchlog] object CompactCopy {
     held.release() // a copy still running (one compact file a compaction: none) ends first
     (held.file, prev.etag) match {
       case (upload: ObjectStoreCopy.Upload, Some(etag)) =>
-        return copyByStore(upload, etag, file, prev, out, index, minBatch)
+        return copyByStore(upload.copy(file, etag, _, _), prev, out, index, minBatch)
+      case (compose: GcsCompose.Upload, _) => // its source's status was proved instead
+        return copyByStore(compose.copy(file, _, _), prev, out, index, minBatch)
       case _ =>
     }
     val local = for {
@@ -71,14 +73,13 @@ private[batchlog] object CompactCopy {
   }
 
   /**
-   * The kept runs as stretches the store copies into `upload` ([[ObjectStoreCopy]]), on the
-   * condition that `file` still has ETag `etag`, recorded by its proved index: their bytes, and so
-   * their CRCs, are the ones the index proved; no byte passes through here.
+   * The kept runs as stretches the store copies (`copy(offset, length)`: [[ObjectStoreCopy]], on
+   * the condition that the file still has the ETag its proved index records; [[GcsCompose]], whose
+   * source's status was proved): their bytes, and so their CRCs, are the ones the index proved; no
+   * byte passes through here.
    */
   private def copyByStore(
-      upload: ObjectStoreCopy.Upload,
-      etag: String,
-      file: Path,
+      copy: (Long, Long) => Unit,
       prev: CompactIndex,
       out: CompactIndex.CountingStream,
       index: CompactIndex.Builder,
@@ -87,7 +88,7 @@ private[batchlog] object CompactCopy {
     if (run.batchId.exists(_ < minBatch)) index.dropRun(run)
     else {
       index.run(run, out.count)
-      upload.copy(file, etag, run.offset, run.length)
+      copy(run.offset, run.length)
       out.wrotePast(run.length)
     }
   }

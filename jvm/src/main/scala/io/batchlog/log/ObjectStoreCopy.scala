@@ -57,9 +57,6 @@ private[batchlog] object ObjectStoreCopy extends Logging {
   /** Parts copied at once, at most. */
   @volatile private[batchlog] var copyThreads: Int = 8
 
-  /** Below this size the previous compact file is copied by the client: one upload is cheaper. */
-  @volatile private[batchlog] var minCompactBytes: Long = 8L << 20
-
   private object CopyThreads extends ThreadFactory {
     def newThread(r: Runnable): Thread = {
       val t = new Thread(r, "batchlog-part-copy")
@@ -143,12 +140,14 @@ private[batchlog] object ObjectStoreCopy extends Logging {
       }
 
   /** How compaction writes compact file `file` (what `inspect` reports). */
-  def describe(fm: CheckpointFileManager, file: Path): String = target(fm, file) match {
-    case Right(_) =>
-      "server-side copy (a multipart upload: the previous compact file's kept runs copied by " +
-        "the store, If-Match its recorded ETag; only new lines and the index through the driver)"
-    case Left(why) => s"client-side copy ($why)"
-  }
+  def describe(fm: CheckpointFileManager, file: Path): String =
+    (GcsCompose.target(fm, file), target(fm, file)) match {
+      case (Right(_), _) => GcsCompose.Description
+      case (_, Right(_)) =>
+        "server-side copy (a multipart upload: the previous compact file's kept runs copied by " +
+          "the store, If-Match its recorded ETag; only new lines and the index through the driver)"
+      case (_, Left(why)) => s"client-side copy ($why)"
+    }
 
   /** The ETag a file status carries (S3A's `EtagSource`), if any: by reflection (Hadoop 3.3.2+). */
   def etagOf(status: org.apache.hadoop.fs.FileStatus): Option[String] =
@@ -217,7 +216,7 @@ private[batchlog] object ObjectStoreCopy extends Logging {
   }
 
   /** A compact file written by a store-side copy. */
-  final class Target(s3: S3, fs: FileSystem, val file: Path) {
+  final class Target(s3: S3, fs: FileSystem, val file: Path) extends StoreCompaction {
 
     /**
      * Writes `file` with `fn` (given an [[Upload]]) as one multipart upload, completed only if

@@ -86,20 +86,24 @@ trait StreamingCompaction extends Logging { self: BatchTaggedFileStreamSinkLog =
     }
 
   /**
-   * The store-side copy for compaction `batchId`: on S3A with the SDK v2 client, without age
-   * retention, when the previous compact file is large enough and its proved index records the ETag
-   * it still has. None: the client-side copy.
+   * The store-side copy for compaction `batchId`, without age retention, when the previous compact
+   * file is large enough: on S3A with the SDK v2 client when its proved index records the ETag it
+   * still has; on GCS when its proved index records its status now. None: the client-side copy.
    */
-  private def storeCopyFor(batchId: Long): Option[ObjectStoreCopy.Target] = {
+  private def storeCopyFor(batchId: Long): Option[StoreCompaction] = {
     val prevId = batchId - interval
     if (prevId < 0 || ageRetentionActive || !serverSideCompaction) {
       return None
     }
     val file = batchIdToPath(batchId)
+    GcsCompose.target(checkpointFileManager, file).toOption match {
+      case Some(compose) => return composeFrom(compose, prevId)
+      case None =>
+    }
     ObjectStoreCopy.target(checkpointFileManager, file).toOption.filter { _ =>
       // one status of the previous compact file: its size, and the ETag it has now
       statusOf(batchIdToPath(prevId)).exists { prev =>
-        prev.getLen >= ObjectStoreCopy.minCompactBytes && {
+        prev.getLen >= serverSideMinBytes && {
           val recorded =
             try indexOf(prevId).etag
             catch { case scala.util.control.NonFatal(_) => None }
@@ -108,6 +112,17 @@ trait StreamingCompaction extends Logging { self: BatchTaggedFileStreamSinkLog =
       }
     }
   }
+
+  /**
+   * `compose` from the previous compact file `prevId` if it is large enough and its index is proved
+   * against its status now (the status the compose checks again right before it runs).
+   */
+  private def composeFrom(compose: GcsCompose.Target, prevId: Long): Option[StoreCompaction] =
+    statusOf(batchIdToPath(prevId)).filter(_.getLen >= serverSideMinBytes).filter {
+      st =>
+        try indexOf(prevId).matches(st)
+        catch { case scala.util.control.NonFatal(_) => false }
+    }.map(compose.from)
 
   private def compactOnce(
       batchId: Long,

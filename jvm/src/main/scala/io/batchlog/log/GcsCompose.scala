@@ -1,0 +1,169 @@
+package io.batchlog.log
+
+import java.io.{ByteArrayOutputStream, OutputStream}
+import java.lang.reflect.InvocationTargetException
+import java.util.UUID
+
+import scala.util.control.NonFatal
+
+import org.apache.hadoop.fs.{FileAlreadyExistsException, FileStatus, FileSystem, Path}
+
+import io.batchlog.shim.CheckpointFileManager
+
+/**
+ * Server-side compaction on Google Cloud Storage: the new compact file is the store's `compose` of
+ * the previous compact file and one object holding only the new lines, so only those lines and the
+ * index pass through the driver (GCS joins up to 32 objects on the server, without a copy of their
+ * bytes).
+ *
+ * Only when the new file is the previous one whole, then new lines: every run of the previous
+ * compact file kept (no retention drop), its `v1` header the same. Otherwise (or before anything is
+ * sent, on any failure) [[ObjectStoreCopy.Failed]]: the compaction runs again on the client side,
+ * as on S3.
+ *
+ * Proof of the source: `compose` takes no condition on its sources here (Google's connector sends
+ * none), so the previous compact file's status (length, modification time) must be the one its
+ * proved [[CompactIndex]] records, once when the compaction starts and again right before the
+ * compose. A compact file is written once and replaced only by `repair`, which fences the writer
+ * first: the window between that check and the compose is the only one, and it is not batchlog's.
+ *
+ * Publish once: the compose is created with `ifGenerationMatch=0` (a generation-0 destination), so
+ * the store refuses it (412) if the compact file exists, as it refuses an upload
+ * ([[ObjectStorePublish.Gcs]]); only on a bucket that proved it refuses a second create. A refusal
+ * is Hadoop's `FileAlreadyExistsException`, which the log settles by reading the file back
+ * ([[PublishOutcome]]): the connector retries a compose whose answer was lost, and that retry is
+ * refused because the compose it retried was applied. Any other failure of the compose is
+ * [[ObjectStoreCopy.Failed]]: the client-side compaction then writes the same bytes with the same
+ * condition, so a compose that was applied after all makes that upload's refusal, read back, this
+ * writer's file.
+ *
+ * The new lines are one object beside the log, named as Spark's managers name a temp file
+ * (`.N.compact.<uuid>.tmp`: no reader lists it), deleted after the compose. One left by a kill is
+ * never read, as Spark's own temp files; a refused publish of `N.compact` deletes them all.
+ */
+private[log] object GcsCompose {
+
+  /** The store-side compose for compact file `file`, or why there is none. */
+  def target(fm: CheckpointFileManager, file: Path): Either[String, Target] =
+    if (!ObjectStorePublish.applies(fm)) Left(s"the log is written by ${fm.getClass.getSimpleName}")
+    else
+      ObjectStorePublish.storeOf(file) match {
+        case Some(fs) if ObjectStorePublish.Gcs.is(fs) =>
+          if (!ObjectStorePublish.canCreateOnce(fs, file)) {
+            Left("the store has no proved conditional create (ifGenerationMatch=0)")
+          } else Right(new Target(fs, fs.makeQualified(file)))
+        case _ => Left("not Google Cloud Storage")
+      }
+
+  /** What `inspect` says of compaction on such a store. */
+  val Description: String =
+    "server-side compose (the previous compact file and an object of the new lines, joined by " +
+      "the store with ifGenerationMatch=0; only new lines and the index through the driver)"
+
+  /** A compact file written by `compose`; `prev`: the previous compact file's proved status. */
+  final class Target private[GcsCompose] (fs: FileSystem, val file: Path)
+      extends StoreCompaction {
+    @volatile private var prev: Option[FileStatus] = None
+
+    /** The previous compact file, with the status its proved index records. */
+    def from(status: FileStatus): this.type = { prev = Some(status); this }
+
+    def publish(fn: OutputStream => Unit): Unit = {
+      val source = prev.getOrElse(throw new ObjectStoreCopy.Failed(s"no source for $file", null))
+      val out = new Upload(fs, file, source)
+      fn(out)
+      out.complete()
+      ObjectStoreCopy.Stats.compactions.incrementAndGet()
+    }
+  }
+
+  /**
+   * The compact file's bytes as the compaction writes them: the header, then (by [[copy]]) the
+   * previous compact file's runs, which the store joins, then the new lines, held here.
+   */
+  final class Upload private[GcsCompose] (fs: FileSystem, file: Path, prev: FileStatus)
+      extends OutputStream {
+    private val head = new ByteArrayOutputStream(LogFiles.HeaderBytes.length)
+    private val tail = new ByteArrayOutputStream(1 << 16)
+    private var copied: Option[(Long, Long)] = None // offset, length of `prev` joined
+
+    override def write(b: Int): Unit = write(Array(b.toByte), 0, 1)
+    override def write(b: Array[Byte], off: Int, len: Int): Unit =
+      (if (copied.isEmpty) head else tail).write(b, off, len)
+
+    /** Bytes `[offset, offset + length)` of `source` come next; they must extend the stretch. */
+    def copy(source: Path, offset: Long, length: Long): Unit = copied match {
+      case None if fs.makeQualified(source) == prev.getPath && offset == CompactIndex.FirstOffset =>
+        copied = Some((offset, length))
+      case Some((o, l)) if tail.size == 0 && o + l == offset => copied = Some((o, l + length))
+      case _ =>
+        throw failed(s"bytes $offset+$length of $source are not the next of ${prev.getPath}")
+    }
+
+    private def failed(why: String, cause: Throwable = null) =
+      new ObjectStoreCopy.Failed(s"cannot compose $file: $why", cause)
+
+    /** The compose, or [[ObjectStoreCopy.Failed]] with nothing published (see the object). */
+    private[GcsCompose] def complete(): Unit = {
+      val whole = copied.exists { case (o, l) => o + l == prev.getLen }
+      if (!whole || !java.util.Arrays.equals(head.toByteArray, LogFiles.HeaderBytes)) {
+        throw failed(s"it is not ${prev.getPath} whole then new lines (retention dropped runs)")
+      }
+      val now =
+        try fs.getFileStatus(prev.getPath)
+        catch { case NonFatal(e) => throw failed(s"cannot read ${prev.getPath}'s status", e) }
+      if (now.getLen != prev.getLen || now.getModificationTime != prev.getModificationTime) {
+        throw failed(s"${prev.getPath} changed since its index was proved")
+      }
+      val part = new Path(file.getParent, s".${file.getName}.${UUID.randomUUID()}.tmp")
+      try {
+        if (tail.size > 0) {
+          try {
+            val out = fs.create(part, true)
+            try tail.writeTo(out)
+            finally out.close()
+          } catch { case NonFatal(e) => throw failed(s"cannot upload the new lines to $part", e) }
+        }
+        val sources = prev.getPath +: (if (tail.size > 0) Seq(part) else Nil)
+        try compose(fs, sources, file)
+        catch {
+          case e: Throwable if ObjectStorePublish.Gcs.preconditionFailed(e) =>
+            throw new FileAlreadyExistsException(
+              s"$file exists: the store refused the compose (ifGenerationMatch=0)"
+            )
+          case NonFatal(e) => throw failed("the compose failed", e)
+        }
+        ObjectStoreCopy.Stats.bytesCopied.addAndGet(prev.getLen)
+        ObjectStoreCopy.Stats.bytesUploaded.addAndGet(tail.size.toLong)
+      } finally if (tail.size > 0) {
+          try fs.delete(part, false)
+          catch { case NonFatal(_) => } // a name never read; vacuum's to remove
+        }
+    }
+  }
+
+  /**
+   * `compose` of `sources` into `dest` with `ifGenerationMatch=0`, through the connector's
+   * `GoogleCloudStorage.composeObjects`: by reflection (its classes are shaded, and this jar does
+   * not depend on the connector).
+   */
+  private def compose(fs: FileSystem, sources: Seq[Path], dest: Path): Unit = {
+    val gcsFs = fs.getClass.getMethod("getGcsFs").invoke(fs)
+    val gcs = gcsFs.getClass.getMethod("getGcs").invoke(gcsFs)
+    val m = gcs.getClass.getMethods
+      .find(m => m.getName == "composeObjects" && m.getParameterCount == 3)
+      .getOrElse(throw new NoSuchMethodException(s"${gcs.getClass.getName}.composeObjects"))
+    val Array(_, idClass, optionsClass) = m.getParameterTypes
+    val bucket = dest.toUri.getAuthority
+    def key(p: Path) = fs.makeQualified(p).toUri.getPath.stripPrefix("/")
+    val ids = sources.map { p =>
+      idClass.getConstructor(classOf[String], classOf[String]).newInstance(bucket, key(p))
+    }
+    val created = idClass
+      .getConstructor(classOf[String], classOf[String], java.lang.Long.TYPE)
+      .newInstance(bucket, key(dest), java.lang.Long.valueOf(0L)) // ifGenerationMatch=0
+    val options = optionsClass.getField("DEFAULT_NO_OVERWRITE").get(null)
+    try m.invoke(gcs, java.util.Arrays.asList(ids: _*), created, options)
+    catch { case e: InvocationTargetException => throw e.getCause }
+  }
+}
