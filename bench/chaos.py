@@ -32,7 +32,8 @@ behind ``tests/servers/s3_server.py``), with ``--store gcs`` in one of the GCS t
 (fake-gcs-server behind ``tests/servers/gcs_proxy.py``, reached through Google's connector), the
 downstream hop on the local disk; a writer may then also start with a fault of that server: a
 publish applied with its answer lost (once, or with its retries' too), or one that fails
-unapplied.
+unapplied. There every compaction but the first is made by the store (S3: a multipart upload of
+copied ranges; GCS: a compose of the previous compact file and the new lines), however small.
 
 A rewind is, one time in two, a cascade (``rewind --cascade``): the downstream hop is then
 rewound with the sink, and must not stop with ``UPSTREAM_REWOUND`` at its next run.
@@ -138,6 +139,11 @@ S3_FAULTS = [
     {"lose_answer": r"/out/_spark_metadata/\d+\.compact$", "lose_answer_times": 3},
     {"fail_publish": r"/out/_spark_metadata/\d+$"},
 ]
+
+
+#: On an object store every compaction from the second is made by the store (S3: a copy of
+#: ranges; GCS: a compose), however small the sink, so that kills and faults meet it.
+STORE_CONFS = {"spark.batchlog.compaction.serverSideMinBytes": "0"}
 
 
 class Violation(Exception):
@@ -271,6 +277,7 @@ def _writer_cmd(w: World, fault: tuple[str, str, str] | None) -> list[str]:
             }
         )
     confs.update({f"spark.hadoop.{k}": v for k, v in w.hadoop.items()})
+    confs.update(STORE_CONFS if w.s3 else {})
     cmd = [spark_submit(), "--master", "local[2]", "--jars", jars]
     if w.s3:
         cmd += ["--driver-class-path", w.s3.classpath]
@@ -782,6 +789,7 @@ def campaign(spark: Any, args: argparse.Namespace, s3: Store | None) -> int:
     seed + 1, ...) until the time is up, each violation shrunk and recorded; the exit code."""
     # the operations watch a lease they find for its timeout, as the CLI does
     confs = {**SINK_CONFS, "spark.batchlog.writer.leaseTimeout": LEASE}
+    confs.update(STORE_CONFS if s3 else {})
     with session_conf(spark, {**confs, "spark.batchlog.writer.fenceWait": "lease"}):
         start = time.monotonic()
         deadline = start + args.minutes * 60
