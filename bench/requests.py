@@ -16,10 +16,15 @@ checkpoint manager (``spark.sql.streaming.checkpointFileManagerClass``): it writ
 through an abortable stream on their final path, without a temp file and rename; the same
 per-batch split shows what that saves (issue 24, benchmark 3).
 
+With ``--store gcs`` the same runs go to fake-gcs-server through Google's connector, behind
+``tests/servers/gcs_proxy.py``, which logs each request alike (its JSON API's requests are named
+as S3's: an object list is a LIST, a metadata read a HEAD, a download a GET, an upload's requests
+a POST and a PUT, a compose a POST).
+
 Goals (issue 13): ``files(b)`` and ``batch_of`` at most 4 requests and no LIST; the commit path at
 most vanilla + 1 request per batch; a compaction at most vanilla + 3.
 
-Usage: python bench/requests.py [--batches 25] [--interval 10] [--json FILE]
+Usage: python bench/requests.py [--store s3|gcs] [--batches 25] [--interval 10] [--json FILE]
 """
 
 from __future__ import annotations
@@ -42,8 +47,16 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import batchlog  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402
-from storage_support import create_bucket, s3a_conf, start_s3, stop_server  # noqa: E402
-from support import S3A_CLASSPATH  # noqa: E402
+from storage_support import (  # noqa: E402
+    create_bucket,
+    create_gcs_bucket,
+    gcs_conf,
+    s3a_conf,
+    start_gcs,
+    start_s3,
+    stop_server,
+)
+from support import GCS_CLASSPATH, S3A_CLASSPATH  # noqa: E402
 
 VANILLA = "org.apache.spark.sql.execution.streaming.ManifestFileCommitProtocol"
 BUCKET = "bench"
@@ -85,12 +98,30 @@ class RequestLog:
                 continue
             method, target = m.groups()
             path, _, query = target.partition("?")
-            if method == "GET" and "list-type" in query:
+            if path.startswith(("/storage/v1/", "/upload/storage/v1/", "/download/storage/v1/")):
+                out.append(_gcs(method, path, query))
+            elif method == "GET" and "list-type" in query:
                 prefix = re.search(r"prefix=([^&]*)", query)
                 out.append(("LIST", prefix.group(1) if prefix else ""))
             else:
                 out.append((method, path))
         return out
+
+
+def _gcs(method: str, path: str, query: str) -> tuple[str, str]:
+    """A request of GCS's JSON API named as its S3 counterpart, with its object's name."""
+    from urllib.parse import parse_qs, unquote
+
+    q = parse_qs(query)
+    if re.fullmatch(r"/storage/v1/b/[^/]+/o", path) and method == "GET":
+        return "LIST", q.get("prefix", [""])[0]
+    if path.startswith("/upload/"):
+        return method, q.get("name", [""])[0]
+    m = re.match(r"^(?:/download)?/storage/v1/b/[^/]+/o/([^/]+)(/compose)?$", unquote(path))
+    name = unquote(m.group(1)) if m else unquote(path)
+    if method == "GET" and not path.startswith("/download/") and "alt=media" not in query:
+        return "HEAD", name
+    return method, name
 
 
 def where(target: str) -> str:
@@ -120,18 +151,19 @@ ABORTABLE = "org.apache.spark.internal.io.cloud.AbortableStreamBasedCheckpointFi
 HADOOP_CLOUD = ROOT / ".tools" / "storage" / "hadoop-cloud"
 
 
-def session(endpoint: str) -> SparkSession:
+def session(endpoint: str, store: str) -> SparkSession:
+    classpath = GCS_CLASSPATH if store == "gcs" else f"{S3A_CLASSPATH}:{HADOOP_CLOUD}/*"
     builder = (
         batchlog.configure(SparkSession.builder)
         .master("local[2]")
         .appName("batchlog-bench-requests")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "1")
-        .config("spark.driver.extraClassPath", f"{S3A_CLASSPATH}:{HADOOP_CLOUD}/*")
+        .config("spark.driver.extraClassPath", classpath)
         # one lease refresh per 15 minutes: none inside the run (each costs a read and a write)
         .config("spark.batchlog.writerLease.timeout", "1h")
     )
-    for k, v in s3a_conf(endpoint).items():
+    for k, v in (gcs_conf(endpoint) if store == "gcs" else s3a_conf(endpoint)).items():
         builder = builder.config(f"spark.hadoop.{k}", v)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
@@ -213,12 +245,20 @@ def main() -> None:
     ap.add_argument("--batches", type=int, default=25)
     ap.add_argument("--interval", type=int, default=10)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--store", choices=["s3", "gcs"], default="s3")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="batchlog-requests-"))
-    proc, endpoint, log_path = start_s3(work / "s3")
-    try:
+    if args.store == "gcs":
+        (work / "gcs").mkdir()
+        proc, endpoint = start_gcs(work / "gcs")
+        log_path, scheme = work / "gcs" / "requests.log", "gs"
+        create_gcs_bucket(endpoint, BUCKET)
+    else:
+        proc, endpoint, log_path = start_s3(work / "s3")
+        scheme = "s3a"
         create_bucket(endpoint, BUCKET)
-        spark = session(endpoint)
+    try:
+        spark = session(endpoint, args.store)
         spark.conf.set("spark.sql.streaming.fileSink.log.compactInterval", str(args.interval))
         rlog = RequestLog(log_path)
         runs, stores = {}, {}
@@ -226,7 +266,9 @@ def main() -> None:
             ("vanilla", VANILLA, None),
             ("batchlog", batchlog.COMMIT_PROTOCOL_CLASS, None),
         ]
-        if list(HADOOP_CLOUD.glob("spark-hadoop-cloud_*.jar")):
+        if args.store == "gcs":
+            pass  # hadoop-cloud's manager is for S3A
+        elif list(HADOOP_CLOUD.glob("spark-hadoop-cloud_*.jar")):
             variants += [
                 ("vanilla+abortable", VANILLA, ABORTABLE),
                 ("batchlog+abortable", batchlog.COMMIT_PROTOCOL_CLASS, ABORTABLE),
@@ -235,7 +277,7 @@ def main() -> None:
             print(f"[requests] no spark-hadoop-cloud jar in {HADOOP_CLOUD}: run dev/setup")
         for name, protocol, manager in variants:
             print(f"[requests] {name}: {args.batches} batches, compactInterval {args.interval}")
-            stores[name] = f"s3a://{BUCKET}/{name.replace('+', '-')}-{uuid.uuid4().hex[:6]}"
+            stores[name] = f"{scheme}://{BUCKET}/{name.replace('+', '-')}-{uuid.uuid4().hex[:6]}"
             runs[name] = stream(
                 spark, rlog, work / name, stores[name], protocol, args.batches, manager
             )

@@ -368,7 +368,12 @@ def gcs_requests() -> list[str]:
     """``METHOD /path?query STATUS`` of every request this process's GCS server was sent, in
     order (a lost answer's status: ``503/lost:<the store's>``)."""
     [log] = [_GCS_LOGS[endpoint] for kind, (_, endpoint) in _SERVERS.items() if kind == "gcs"]
-    return [line for line in log.read_text(errors="replace").splitlines() if line[:1].isupper()]
+    lines = log.read_text(errors="replace").splitlines()
+    return [
+        f"{m.group(1)} {m.group(2)} {m.group(3)}"
+        for m in map(re.compile(r'^"([A-Z]+) (\S+) HTTP/1\.1" (\S+)').match, lines)
+        if m
+    ]
 
 
 def inject_gcs(**faults: int | str) -> None:

@@ -6,7 +6,7 @@ Starts SERVER_COMMAND (fake-gcs-server serving at UPSTREAM) as its child, in its
 group, binds 127.0.0.1 on a port the kernel picks, writes ``http://127.0.0.1:<port>`` to
 READY_FILE once both serve, then forwards every request to UPSTREAM until it is killed (the test
 that started it stops its process group by PID: both). Every request is logged to stderr, one
-line each (``METHOD /path?query STATUS``). An upload's ``Location`` (a resumable session) is
+line each, as werkzeug logs moto's (``"METHOD /path?query HTTP/1.1" STATUS``). An upload's ``Location`` (a resumable session) is
 rewritten to this step, so every request of an upload passes here.
 
 It refuses (412) a ``compose`` with ``ifGenerationMatch=0`` onto an object that exists, as GCS
@@ -189,7 +189,7 @@ def serve(upstream: str, ready: Path, faults: Path, command: list[str]) -> None:
                         self._note(name, str(answer[0]))
                         status = f"503/lost:{answer[0]}"
                         answer = (503, [("Content-Type", "application/json")], _UNAVAILABLE)
-            print(f"{self.command} {self.path} {status}", file=sys.stderr, flush=True)
+            print(f'"{self.command} {self.path} HTTP/1.1" {status}', file=sys.stderr, flush=True)
             self._answer(*answer)
 
         def _second_writer(self, name: str) -> None:
