@@ -77,19 +77,8 @@ from reliability_support import (  # noqa: E402
     spark_submit,
     write_input,
 )
-from storage_support import (  # noqa: E402
-    RemoteFs,
-    create_bucket,
-    create_gcs_bucket,
-    gcs_conf,
-    s3a_conf,
-    start_gcs,
-    start_s3,
-    stop_server,
-)
+from storage_support import RemoteFs, StoreServer, start_store  # noqa: E402
 from support import (  # noqa: E402
-    GCS_CLASSPATH,
-    S3A_CLASSPATH,
     get_spark,
     rot_compact,
     session_conf,
@@ -155,40 +144,18 @@ class WorldEnds(Exception):
     a new one (the reason is counted)."""
 
 
-@dataclass
-class Store:
-    """The object store's test server of a run (``s3``: moto behind ``s3_server.py``'s fault step;
-    ``gcs``: fake-gcs-server behind ``gcs_proxy.py``): one bucket per world, its faults file."""
-
-    kind: str
-    endpoint: str
-    faults: Path
-    proc: subprocess.Popen[bytes]
+class Store(StoreServer):  # type: ignore[misc]  # tests/ is not type-checked from bench/
+    """The object store's test server of a run: one bucket per world. Google's connector retries a
+    failed request ten times over two minutes: here twice, so that a publish failing unapplied
+    fails soon."""
 
     def inject(self, faults: dict[str, Any] | None) -> None:
         self.faults.write_text(json.dumps(faults or {}))
 
-    def new_bucket(self, name: str) -> str:
-        """A new bucket: its URI (``s3a://name``, ``gs://name``)."""
-        if self.kind == "gcs":
-            create_gcs_bucket(self.endpoint, name)
-            return f"gs://{name}"
-        create_bucket(self.endpoint, name)
-        return f"s3a://{name}"
-
     @property
     def hadoop(self) -> dict[str, str]:
-        """What a process needs to reach the store. Google's connector retries a failed request
-        ten times over two minutes: here twice, so that a publish failing unapplied fails soon."""
-        if self.kind == "gcs":
-            conf = {**gcs_conf(self.endpoint), "fs.gs.http.max.retry": "2"}
-        else:
-            conf = s3a_conf(self.endpoint)
-        return {str(k): str(v) for k, v in conf.items()}
-
-    @property
-    def classpath(self) -> str:
-        return str(GCS_CLASSPATH if self.kind == "gcs" else S3A_CLASSPATH)
+        retries = {"fs.gs.http.max.retry": "2"} if self.kind == "gcs" else {}
+        return {**super().hadoop, **retries}
 
 
 @dataclass
@@ -629,7 +596,7 @@ def new_world(spark: Any, s3: Store | None) -> World:
     root = Path(tempfile.mkdtemp(prefix="batchlog-chaos-"))
     if s3:
         bucket = f"chaos-{root.name.split('-')[-1].lower().replace('_', '0')}"
-        w = World(root, spark, s3.new_bucket(bucket), s3)
+        w = World(root, spark, s3.bucket(bucket), s3)
     else:
         w = World(root, spark, f"file:{root}")
     for d in (w.inp, w.control, w.outside):
@@ -767,13 +734,7 @@ def main() -> int:
     s3 = None
     if args.store != "local":
         root = Path(tempfile.mkdtemp(prefix=f"batchlog-chaos-{args.store}-"))
-        faults = root / "faults.json"
-        if args.store == "gcs":
-            proc, endpoint = start_gcs(root)
-        else:
-            faults.write_text("{}")
-            proc, endpoint, _ = start_s3(root, faults=faults)
-        s3 = Store(args.store, endpoint, faults, proc)
+        s3 = Store(**vars(start_store(args.store, root)))
         hconf = spark.sparkContext._jsc.hadoopConfiguration()
         for k, v in s3.hadoop.items():
             hconf.set(k, v)
@@ -781,7 +742,7 @@ def main() -> int:
         return campaign(spark, args, s3)
     finally:
         if s3:
-            stop_server(s3.proc)
+            s3.stop()
 
 
 def campaign(spark: Any, args: argparse.Namespace, s3: Store | None) -> int:

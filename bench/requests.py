@@ -47,16 +47,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import batchlog  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402
-from storage_support import (  # noqa: E402
-    create_bucket,
-    create_gcs_bucket,
-    gcs_conf,
-    s3a_conf,
-    start_gcs,
-    start_s3,
-    stop_server,
-)
-from support import GCS_CLASSPATH, S3A_CLASSPATH  # noqa: E402
+from storage_support import StoreServer, start_store  # noqa: E402
 
 VANILLA = "org.apache.spark.sql.execution.streaming.ManifestFileCommitProtocol"
 BUCKET = "bench"
@@ -151,8 +142,8 @@ ABORTABLE = "org.apache.spark.internal.io.cloud.AbortableStreamBasedCheckpointFi
 HADOOP_CLOUD = ROOT / ".tools" / "storage" / "hadoop-cloud"
 
 
-def session(endpoint: str, store: str) -> SparkSession:
-    classpath = GCS_CLASSPATH if store == "gcs" else f"{S3A_CLASSPATH}:{HADOOP_CLOUD}/*"
+def session(server: StoreServer) -> SparkSession:
+    classpath = server.classpath + ("" if server.kind == "gcs" else f":{HADOOP_CLOUD}/*")
     builder = (
         batchlog.configure(SparkSession.builder)
         .master("local[2]")
@@ -163,7 +154,7 @@ def session(endpoint: str, store: str) -> SparkSession:
         # one lease refresh per 15 minutes: none inside the run (each costs a read and a write)
         .config("spark.batchlog.writerLease.timeout", "1h")
     )
-    for k, v in (gcs_conf(endpoint) if store == "gcs" else s3a_conf(endpoint)).items():
+    for k, v in server.hadoop.items():
         builder = builder.config(f"spark.hadoop.{k}", v)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
@@ -248,19 +239,12 @@ def main() -> None:
     ap.add_argument("--store", choices=["s3", "gcs"], default="s3")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="batchlog-requests-"))
-    if args.store == "gcs":
-        (work / "gcs").mkdir()
-        proc, endpoint = start_gcs(work / "gcs")
-        log_path, scheme = work / "gcs" / "requests.log", "gs"
-        create_gcs_bucket(endpoint, BUCKET)
-    else:
-        proc, endpoint, log_path = start_s3(work / "s3")
-        scheme = "s3a"
-        create_bucket(endpoint, BUCKET)
+    server = start_store(args.store, work / args.store, faults=False)
     try:
-        spark = session(endpoint, args.store)
+        base = server.bucket(BUCKET)
+        spark = session(server)
         spark.conf.set("spark.sql.streaming.fileSink.log.compactInterval", str(args.interval))
-        rlog = RequestLog(log_path)
+        rlog = RequestLog(server.log)
         runs, stores = {}, {}
         variants: list[tuple[str, str, str | None]] = [
             ("vanilla", VANILLA, None),
@@ -277,7 +261,7 @@ def main() -> None:
             print(f"[requests] no spark-hadoop-cloud jar in {HADOOP_CLOUD}: run dev/setup")
         for name, protocol, manager in variants:
             print(f"[requests] {name}: {args.batches} batches, compactInterval {args.interval}")
-            stores[name] = f"{scheme}://{BUCKET}/{name.replace('+', '-')}-{uuid.uuid4().hex[:6]}"
+            stores[name] = f"{base}/{name.replace('+', '-')}-{uuid.uuid4().hex[:6]}"
             runs[name] = stream(
                 spark, rlog, work / name, stores[name], protocol, args.batches, manager
             )
@@ -382,7 +366,7 @@ def main() -> None:
             args.json.write_text(json.dumps(report, indent=2))
         spark.stop()
     finally:
-        stop_server(proc)
+        server.stop()
 
 
 if __name__ == "__main__":

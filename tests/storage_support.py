@@ -425,6 +425,62 @@ def gcs_faults_seen() -> list[str]:
     return seen.read_text().splitlines() if seen.exists() else []
 
 
+@dataclass
+class StoreServer:
+    """An object store's test server a script started (``bench/``): S3 (moto) or GCS
+    (fake-gcs-server behind its fault step), with what a process needs to reach it."""
+
+    kind: str  # "s3" or "gcs"
+    endpoint: str
+    proc: subprocess.Popen[bytes]
+    root: Path
+
+    @property
+    def faults(self) -> Path:
+        """The fault file (``servers/s3_server.py``, ``servers/gcs_proxy.py``: the same names)."""
+        return self.root / "faults.json"
+
+    @property
+    def log(self) -> Path:
+        """The request log (werkzeug's lines: ``"METHOD /path HTTP/1.1" STATUS``)."""
+        return self.root / "requests.log"
+
+    def bucket(self, name: str) -> str:
+        """Creates bucket ``name``: its URI (``s3a://name``, ``gs://name``)."""
+        if self.kind == "gcs":
+            create_gcs_bucket(self.endpoint, name)
+            return f"gs://{name}"
+        create_bucket(self.endpoint, name)
+        return f"s3a://{name}"
+
+    @property
+    def hadoop(self) -> dict[str, str]:
+        """The Hadoop settings that reach the store."""
+        return gcs_conf(self.endpoint) if self.kind == "gcs" else s3a_conf(self.endpoint)
+
+    @property
+    def classpath(self) -> str:
+        """The connector's jars (a driver class path)."""
+        return GCS_CLASSPATH if self.kind == "gcs" else S3A_CLASSPATH
+
+    def stop(self) -> None:
+        stop_server(self.proc)
+
+
+def start_store(kind: str, root: Path, faults: bool = True) -> StoreServer:
+    """Starts the test server of ``kind`` (``s3``, ``gcs``) in ``root``; on S3 with its fault
+    step if ``faults`` (GCS always has one)."""
+    root.mkdir(parents=True, exist_ok=True)
+    if kind == "gcs":
+        proc, endpoint = start_gcs(root)
+    else:
+        fault_file = root / "faults.json"
+        if faults:
+            fault_file.write_text("{}")
+        proc, endpoint, _ = start_s3(root, faults=fault_file if faults else None)
+    return StoreServer(kind, endpoint, proc, root)
+
+
 @pytest.fixture(scope="session")
 def gcs(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """``gs://batchlog-tests`` on fake-gcs-server, one for the test process, reached through

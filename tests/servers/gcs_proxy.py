@@ -6,8 +6,9 @@ Starts SERVER_COMMAND (fake-gcs-server serving at UPSTREAM) as its child, in its
 group, binds 127.0.0.1 on a port the kernel picks, writes ``http://127.0.0.1:<port>`` to
 READY_FILE once both serve, then forwards every request to UPSTREAM until it is killed (the test
 that started it stops its process group by PID: both). Every request is logged to stderr, one
-line each, as werkzeug logs moto's (``"METHOD /path?query HTTP/1.1" STATUS``). An upload's ``Location`` (a resumable session) is
-rewritten to this step, so every request of an upload passes here.
+line each, as werkzeug logs moto's (``"METHOD /path?query HTTP/1.1" STATUS``). An upload's
+``Location`` (a resumable session) is rewritten to this step, so every request of an upload
+passes here.
 
 It refuses (412) a ``compose`` with ``ifGenerationMatch=0`` onto an object that exists, as GCS
 does: fake-gcs-server ignores conditions on ``compose``. And it injects the faults FAULTS_FILE
