@@ -66,7 +66,7 @@ private[log] object GcsCompose {
     @volatile private var prev: Option[FileStatus] = None
 
     /** The previous compact file, with the status its proved index records. */
-    def from(status: FileStatus): this.type = { prev = Some(status); this }
+    def from(status: FileStatus): Target = { prev = Some(status); this }
 
     def publish(fn: OutputStream => Unit): Unit = {
       val source = prev.getOrElse(throw new ObjectStoreCopy.Failed(s"no source for $file", null))
@@ -153,16 +153,19 @@ private[log] object GcsCompose {
     val m = gcs.getClass.getMethods
       .find(m => m.getName == "composeObjects" && m.getParameterCount == 3)
       .getOrElse(throw new NoSuchMethodException(s"${gcs.getClass.getName}.composeObjects"))
-    val Array(_, idClass, optionsClass) = m.getParameterTypes
+    val idClass: Class[_] = m.getParameterTypes()(1)
+    val optionsClass: Class[_] = m.getParameterTypes()(2)
     val bucket = dest.toUri.getAuthority
     def key(p: Path) = fs.makeQualified(p).toUri.getPath.stripPrefix("/")
-    val ids = sources.map { p =>
-      idClass.getConstructor(classOf[String], classOf[String]).newInstance(bucket, key(p))
+    val ids: Seq[AnyRef] = sources.map { p =>
+      idClass.getConstructor(classOf[String], classOf[String])
+        .newInstance(bucket, key(p)).asInstanceOf[AnyRef]
     }
-    val created = idClass
+    val created: AnyRef = idClass
       .getConstructor(classOf[String], classOf[String], java.lang.Long.TYPE)
       .newInstance(bucket, key(dest), java.lang.Long.valueOf(0L)) // ifGenerationMatch=0
-    val options = optionsClass.getField("DEFAULT_NO_OVERWRITE").get(null)
+      .asInstanceOf[AnyRef]
+    val options: AnyRef = optionsClass.getField("DEFAULT_NO_OVERWRITE").get(null)
     try m.invoke(gcs, java.util.Arrays.asList(ids: _*), created, options)
     catch { case e: InvocationTargetException => throw e.getCause }
   }

@@ -122,7 +122,7 @@ trait StreamingCompaction extends Logging { self: BatchTaggedFileStreamSinkLog =
       st =>
         try indexOf(prevId).matches(st)
         catch { case scala.util.control.NonFatal(_) => false }
-    }.map(compose.from)
+    }.map(st => compose.from(st))
 
   private def compactOnce(
       batchId: Long,
