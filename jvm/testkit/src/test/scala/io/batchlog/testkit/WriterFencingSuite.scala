@@ -340,6 +340,19 @@ class WriterFencingSuite extends SparkSessionTestBase with RewindFixture {
    * find none for that instant. (Spark's default manager, which batchlog publishes through on a
    * local disk, and HDFS and the object stores replace it atomically.)
    */
+  /**
+   * Writes `lease` over the sink's lease until it stays for 2.5 s, more than two refresh intervals
+   * (1 s). A write can land between the keeper's read of its own lease and its refresh, which then
+   * replaces it (seen once on a loaded machine). A keeper that reads a lease naming another run
+   * never writes again, so a lease that stays that long was seen.
+   */
+  private def writeUntilItStays(s: Sink, lease: WriterLease): Unit =
+    eventually(s"the lease to stay ${lease.describe}") {
+      WriterLease.write(s.fileManager, s.meta, lease)
+      Thread.sleep(2500)
+      leaseOf(s).contains(lease)
+    }
+
   private def awaitLeaseOf(s: Sink, run: String): Unit =
     eventually(s"the lease to name run $run, not ${leaseOf(s)}")(leaseOf(s).exists(_.runId == run))
 
@@ -486,8 +499,7 @@ class WriterFencingSuite extends SparkSessionTestBase with RewindFixture {
           s.input.addData(rowsOf(1): _*)
           processAll(q)
           // a lease naming any other run: this run no longer holds it, and stops
-          WriterLease.write(fm, meta, zombie.copy(runId = "third-run", refreshes = 3L))
-          Thread.sleep(2500) // more than two refresh intervals (1 s)
+          writeUntilItStays(s, zombie.copy(runId = "third-run", refreshes = 3L))
           val m = failedBatch(s, q, 2)
           assert(m.contains("names another run now"), m)
           assert(m.contains("Batch 2 was not written to the sink; nothing was changed."), m)
