@@ -101,6 +101,10 @@ S3A_CLASSPATH = str(REPO / ".tools" / "storage" / "s3a" / "*")
 #: Google's Hadoop connector (``dev/setup`` fetches it): ``gs://`` for the GCS tests.
 GCS_CLASSPATH = str(REPO / ".tools" / "storage" / "gcs" / "*")
 
+#: hadoop-azure and what it needs that pyspark lacks (``dev/setup`` fetches them): ``abfs://``
+#: for the Azure tests.
+ABFS_CLASSPATH = str(REPO / ".tools" / "storage" / "azure" / "*")
+
 
 MAINTENANCE_INTERVAL = "spark.sql.streaming.stateStore.maintenanceInterval"
 MAINTENANCE_S = 2
@@ -108,8 +112,8 @@ MAINTENANCE_S = 2
 
 def get_spark() -> SparkSession:
     """The one session of the test process: local[2], the batchlog jar, quiet logs, and
-    ``s3a://`` and ``gs://`` on its driver's class path (the ``s3`` and ``gcs`` fixtures point
-    them at their servers)."""
+    ``s3a://``, ``gs://`` and ``abfs://`` on its driver's class path (the ``s3``, ``gcs`` and
+    ``abfs`` fixtures point them at their servers)."""
     spark = (
         batchlog.configure(SparkSession.builder)
         .master("local[2]")
@@ -119,7 +123,7 @@ def get_spark() -> SparkSession:
         # a rewind waits out the state store maintenance a stopped query still owes (60 s by
         # default): 2 s keeps the stateful rewind tests short, and their late snapshots early
         .config(MAINTENANCE_INTERVAL, f"{MAINTENANCE_S}s")
-        .config("spark.driver.extraClassPath", f"{S3A_CLASSPATH}:{GCS_CLASSPATH}")
+        .config("spark.driver.extraClassPath", f"{S3A_CLASSPATH}:{GCS_CLASSPATH}:{ABFS_CLASSPATH}")
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
