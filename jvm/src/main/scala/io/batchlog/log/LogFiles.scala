@@ -211,6 +211,11 @@ object LogFiles {
         ObjectStorePublish.publishOnce(fs, file)(fn)
       case _ if LocalPublish.applies(fm, file) =>
         LocalPublish.publish(file, overwrite)(fn)(viaManager(fm, file, overwrite))
+      case _ if !overwrite =>
+        RenamePublish.target(fm, file) match {
+          case Some(fs) => RenamePublish.publishOnce(fs, file)(fn)
+          case None => viaManager(fm, file, overwrite)(fn)
+        }
       case _ => viaManager(fm, file, overwrite)(fn)
     }
   }
@@ -223,6 +228,8 @@ object LogFiles {
     } else
       ObjectStorePublish.storeOf(file) match {
         case Some(fs) => ObjectStorePublish.describe(fs, file)
+        case None if RenamePublish.target(fm, file).isDefined =>
+          "temp file, then FileSystem.rename without overwrite, its answer checked"
         case None => "CheckpointFileManager (temp file, then rename without overwrite)"
       }
 
