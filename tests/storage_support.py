@@ -38,6 +38,7 @@ from conftest import row_tuples
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 from support import (
+    ABFS_CLASSPATH,
     GCS_CLASSPATH,
     LEASE_FILE,
     QUERY_TIMEOUT_S,
@@ -285,6 +286,8 @@ def cli_conf(store: str, spark: SparkSession) -> list[str]:
         classpath, keys = S3A_CLASSPATH, s3a_conf("").keys()
     elif store.startswith("gs://"):
         classpath, keys = GCS_CLASSPATH, gcs_conf("").keys()
+    elif store.startswith("abfs://"):
+        classpath, keys = ABFS_CLASSPATH, abfs_conf("").keys()
     else:
         return []
     hconf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
@@ -425,6 +428,63 @@ def gcs_faults_seen() -> list[str]:
     return seen.read_text().splitlines() if seen.exists() else []
 
 
+#: Azurite's well-known development account and key (public: the emulator accepts only these).
+AZURITE_ACCOUNT = "devstoreaccount1"
+AZURITE_KEY = (
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+)
+#: The container the Azure tests write to (the connector creates it on first use).
+ABFS_CONTAINER = "batchlog-tests"
+#: The host name in ``abfs://`` URIs: the account's, as on Azure; the endpoint setting sends
+#: every request to Azurite instead (path-style: ``http://127.0.0.1:<port>/<account>/...``).
+ABFS_HOST = f"{AZURITE_ACCOUNT}.dfs.core.windows.net"
+
+
+def abfs_conf(endpoint: str) -> dict[str, str]:
+    """Hadoop settings for ``abfs://`` on Azurite at ``endpoint`` (``127.0.0.1:<port>``).
+    Azurite serves the Blob API only, no Data Lake (``dfs``) endpoint: Hadoop 3.5's ABFS driver
+    reaches a flat-namespace account through the Blob API (``fs.azure.fns.account.service.type``),
+    as it does on Azure. Its default HTTP client needs TLS; Azurite here is plain HTTP."""
+    return {
+        f"fs.azure.account.key.{ABFS_HOST}": AZURITE_KEY,
+        "fs.azure.abfs.endpoint": endpoint,
+        "fs.azure.always.use.https": "false",
+        "fs.azure.account.auth.type": "SharedKey",
+        "fs.azure.account.hns.enabled": "false",
+        "fs.azure.fns.account.service.type": "BLOB",
+        "fs.azure.ingress.service.type": "BLOB",
+        "fs.azure.createRemoteFileSystemDuringInitialization": "true",
+        "fs.azure.networking.library": "JDK_HTTP_URL_CONNECTION",
+    }
+
+
+#: Azurite's blob service (``dev/setup`` installs it from npm).
+AZURITE = REPO / ".tools" / "azurite" / "node_modules" / ".bin" / "azurite-blob"
+
+
+def start_azurite(root: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """Starts Azurite's blob service on a free loopback port, in its own process group, its
+    data in ``root``; returns the process and its endpoint ``127.0.0.1:<port>``."""
+    if not AZURITE.exists():
+        pytest.fail(f"{AZURITE} is missing: run `dev/setup` in {REPO}", pytrace=False)
+    root.mkdir(parents=True, exist_ok=True)
+    [port] = _free_ports(1)
+    log = root / "azurite.log"
+    args = ["--blobHost", "127.0.0.1", "--blobPort", str(port), "--location", str(root / "data")]
+    args += ["--skipApiVersionCheck", "--loose", "--silent"]
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [str(AZURITE), *args], stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    deadline = time.monotonic() + 120
+    while "successfully listens" not in log.read_text(errors="replace"):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            stop_server(proc)
+            raise RuntimeError(f"Azurite did not start:\n{log.read_text()[-4000:]}")
+        time.sleep(0.1)
+    return proc, f"127.0.0.1:{port}"
+
+
 @dataclass
 class StoreServer:
     """An object store's test server a script started (``bench/``): S3 (moto) or GCS
@@ -492,6 +552,20 @@ def gcs(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         for k, v in gcs_conf(endpoint).items():
             hconf.set(k, v)
         yield f"gs://{GCS_BUCKET}"
+
+
+@pytest.fixture(scope="session")
+def abfs(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``abfs://batchlog-tests@devstoreaccount1.dfs.core.windows.net`` on Azurite, one for the
+    test process, reached through Hadoop's ABFS driver (Blob API); the session's Hadoop
+    configuration points ``abfs://`` at it."""
+    if not Path(ABFS_CLASSPATH).parent.is_dir():
+        pytest.fail(f"{ABFS_CLASSPATH} is missing: run `dev/setup` in {REPO}", pytrace=False)
+    with _one_server("abfs", lambda: start_azurite(tmp_path_factory.mktemp("azurite"))) as ep:
+        hconf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
+        for k, v in abfs_conf(ep).items():
+            hconf.set(k, v)
+        yield f"abfs://{ABFS_CONTAINER}@{ABFS_HOST}"
 
 
 #: The servers of this test process by kind (``s3``, ``gcs``): a session fixture imported into two
@@ -586,15 +660,18 @@ class RemoteFs:
     def exists(self, uri: str) -> bool:
         return bool(self._fs.exists(self._path(uri)))
 
+    # ABFS on Azurite lists a directory twice (its marker blob, and the prefix of the names
+    # below it), and every file below it twice through listFiles: names are counted once here.
+
     def names(self, uri: str) -> list[str]:
-        return sorted(str(s.getPath().getName()) for s in self._fs.listStatus(self._path(uri)))
+        return sorted({str(s.getPath().getName()) for s in self._fs.listStatus(self._path(uri))})
 
     def files(self, uri: str) -> list[str]:
-        """Every file below ``uri`` (full URIs)."""
-        out = []
+        """Every file below ``uri`` (full URIs), each once."""
+        out = set()
         it = self._fs.listFiles(self._path(uri), True)
         while it.hasNext():
-            out.append(str(it.next().getPath().toString()))
+            out.add(str(it.next().getPath().toString()))
         return sorted(out)
 
     def delete(self, uri: str) -> None:

@@ -26,8 +26,9 @@ from conftest import (
     drop_inputs,
 )
 from pyspark.sql import SparkSession
-from storage_support import (  # noqa: F401  (gcs, hdfs, s3: the fixtures)
+from storage_support import (  # noqa: F401  (abfs, gcs, hdfs, s3: the fixtures)
     RemoteFs,
+    abfs,
     cli_conf,
     expected,
     gcs,
@@ -43,7 +44,7 @@ BATCHES = 7  # compactInterval 3: compact files 2 and 5
 REWIND_TO = 4
 
 
-@pytest.fixture(params=["hdfs", "s3", "gcs"])
+@pytest.fixture(params=["hdfs", "s3", "gcs", "abfs"])
 def store(request: pytest.FixtureRequest) -> str:
     """A fresh directory on the store (``hdfs://...``, ``s3a://...`` or ``gs://...``)."""
     root: str = request.getfixturevalue(request.param)
@@ -223,6 +224,57 @@ def test_on_gcs_a_log_file_is_one_upload_the_store_refuses_twice(
     _second_publish_refused(spark, fm, five, root, "out")
     text = jvm.org.apache.commons.io.IOUtils.toString(five.getFileSystem(conf).open(five), "UTF-8")
     assert text == "v1\nfirst"
+
+
+def test_on_abfs_of_two_racing_publishes_of_a_log_file_one_wins_whole(
+    spark: SparkSession,
+    abfs: str,  # noqa: F811  (the fixture)
+) -> None:
+    """On ``abfs://`` (the Blob API) a log file is a temp file renamed by a Copy Blob with
+    ``If-None-Match: *``. Two writers publish the same log file at once, ten times: each time one
+    wins, the other gets ``FileAlreadyExistsException`` (the error that says another writer
+    published it first), the file holds the winner's bytes whole, and no temp file stays.
+    Through Spark's manager alone the loser got a bare ``IOException`` and left its temp file."""
+    import threading
+
+    from pyspark.java_gateway import ensure_callback_server_started
+
+    jvm = spark._jvm
+    assert jvm is not None
+    ensure_callback_server_started(spark.sparkContext._gateway)
+    root = f"{abfs}/t-{uuid.uuid4().hex[:8]}"
+    meta = jvm.org.apache.hadoop.fs.Path(f"{root}/out/_spark_metadata")
+    conf = spark._jsparkSession.sessionState().newHadoopConf()
+    fm = jvm.io.batchlog.shim.package.CheckpointFileManager().create(meta, conf)
+    fm.mkdirs(meta)
+    log_files = jvm.io.batchlog.log.LogFiles
+    assert str(log_files.describeWriteOnce(fm, jvm.org.apache.hadoop.fs.Path(meta, "0"))) == (
+        "temp file, then FileSystem.rename without overwrite, its answer checked"
+    )
+    fs = RemoteFs(spark, root)
+    for n in range(10):
+        target = jvm.org.apache.hadoop.fs.Path(meta, str(n))
+        start, said = threading.Barrier(2), {}
+
+        def publish(
+            writer: str, target: Any = target, start: Any = start, said: Any = said
+        ) -> None:
+            start.wait()
+            try:
+                log_files.publish(fm, target, False, _WriteBytes(f"v1\n{writer}".encode()))
+                said[writer] = "published"
+            except Exception as e:  # noqa: BLE001  (the answer is the test's)
+                said[writer] = "refused" if "FileAlreadyExistsException" in str(e) else str(e)
+
+        threads = [threading.Thread(target=publish, args=(w,)) for w in "AB"]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sorted(said.values()) == ["published", "refused"], said
+        [winner] = [w for w, v in said.items() if v == "published"]
+        assert fs.read_bytes(f"{root}/out/_spark_metadata/{n}") == f"v1\n{winner}".encode()
+    assert fs.names(f"{root}/out/_spark_metadata") == sorted(str(n) for n in range(10))
 
 
 def test_conditional_create_is_proved_once_per_bucket(
