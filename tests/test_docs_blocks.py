@@ -95,7 +95,7 @@ SKIPPED = {
     "docs/benchmarks.md": 6,
     "docs/contributing.md": 3,
     "docs/getting-started.md": 2,
-    "docs/storage.md": 1,
+    "docs/storage.md": 2,
     "docs/user-guide/connect.md": 1,
     "docs/user-guide/spark-submit.md": 1,
     "docs/user-guide/scala-java.md": 1,
