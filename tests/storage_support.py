@@ -545,13 +545,8 @@ def start_store(kind: str, root: Path, faults: bool = True) -> StoreServer:
 def gcs(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """``gs://batchlog-tests`` on fake-gcs-server, one for the test process, reached through
     Google's Hadoop connector; the session's Hadoop configuration points ``gs://`` at it."""
-    if not Path(GCS_CLASSPATH).parent.is_dir():
-        pytest.fail(f"{GCS_CLASSPATH} is missing: run `dev/setup` in {REPO}", pytrace=False)
-    with _one_server("gcs", lambda: start_gcs(tmp_path_factory.mktemp("gcs"))) as endpoint:
-        hconf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
-        for k, v in gcs_conf(endpoint).items():
-            hconf.set(k, v)
-        yield f"gs://{GCS_BUCKET}"
+    start = lambda: start_gcs(tmp_path_factory.mktemp("gcs"))  # noqa: E731
+    yield from _store(spark, "gcs", GCS_CLASSPATH, start, gcs_conf, f"gs://{GCS_BUCKET}")
 
 
 @pytest.fixture(scope="session")
@@ -559,13 +554,30 @@ def abfs(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Itera
     """``abfs://batchlog-tests@devstoreaccount1.dfs.core.windows.net`` on Azurite, one for the
     test process, reached through Hadoop's ABFS driver (Blob API); the session's Hadoop
     configuration points ``abfs://`` at it."""
-    if not Path(ABFS_CLASSPATH).parent.is_dir():
-        pytest.fail(f"{ABFS_CLASSPATH} is missing: run `dev/setup` in {REPO}", pytrace=False)
-    with _one_server("abfs", lambda: start_azurite(tmp_path_factory.mktemp("azurite"))) as ep:
+    start = lambda: start_azurite(tmp_path_factory.mktemp("azurite"))  # noqa: E731
+    yield from _store(
+        spark, "abfs", ABFS_CLASSPATH, start, abfs_conf, f"abfs://{ABFS_CONTAINER}@{ABFS_HOST}"
+    )
+
+
+def _store(
+    spark: SparkSession,
+    kind: str,
+    classpath: str,
+    start: Callable[[], tuple[subprocess.Popen[bytes], str]],
+    conf: Callable[[str], dict[str, str]],
+    uri: str,
+) -> Iterator[str]:
+    """A session fixture's body: ``uri`` on this process's server of ``kind`` (started by
+    ``start``), its connector's jars (``classpath``) checked first, and the session's Hadoop
+    configuration pointed at the server (``conf`` of its endpoint)."""
+    if not Path(classpath).parent.is_dir():
+        pytest.fail(f"{classpath} is missing: run `dev/setup` in {REPO}", pytrace=False)
+    with _one_server(kind, start) as endpoint:
         hconf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
-        for k, v in abfs_conf(ep).items():
+        for k, v in conf(endpoint).items():
             hconf.set(k, v)
-        yield f"abfs://{ABFS_CONTAINER}@{ABFS_HOST}"
+        yield uri
 
 
 #: The servers of this test process by kind (``s3``, ``gcs``): a session fixture imported into two
@@ -598,19 +610,13 @@ def _one_server(
 def s3(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """``s3a://batchlog-tests`` on an S3-compatible server (moto) started for the session; the
     session's Hadoop configuration points ``s3a://`` at it."""
-    if not Path(S3A_CLASSPATH).parent.is_dir():
-        pytest.fail(f"{S3A_CLASSPATH} is missing: run `dev/setup` in {REPO}", pytrace=False)
 
     def start() -> tuple[subprocess.Popen[bytes], str]:
         proc, endpoint, _ = start_s3(tmp_path_factory.mktemp("s3"))
         create_bucket(endpoint, S3_BUCKET)
         return proc, endpoint
 
-    with _one_server("s3", start) as endpoint:
-        hconf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
-        for k, v in s3a_conf(endpoint).items():
-            hconf.set(k, v)
-        yield f"s3a://{S3_BUCKET}"
+    yield from _store(spark, "s3", S3A_CLASSPATH, start, s3a_conf, f"s3a://{S3_BUCKET}")
 
 
 @pytest.fixture(scope="session")

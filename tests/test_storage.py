@@ -160,19 +160,29 @@ class _WriteBytes:
         implements = ["scala.Function1"]
 
 
-def test_a_log_file_is_written_once_on_the_store(spark: SparkSession, store: str) -> None:
-    """Publishing a log file that exists is refused by the store itself and changes nothing: on
-    S3 a conditional upload (``If-None-Match: *``), on HDFS the manager's rename. A second writer
-    of the same batch file can never replace the first's (on S3 a rename-based check could)."""
+def _log_dir(spark: SparkSession, out: str) -> tuple[Any, Any]:
+    """The manager and path of ``<out>/_spark_metadata``, made as the log makes them when it is
+    opened, and py4j's callback server started (``_WriteBytes`` is called back)."""
     from pyspark.java_gateway import ensure_callback_server_started
 
     jvm = spark._jvm
     assert jvm is not None
     ensure_callback_server_started(spark.sparkContext._gateway)
-    meta = jvm.org.apache.hadoop.fs.Path(f"{store}/out/_spark_metadata")
+    meta = jvm.org.apache.hadoop.fs.Path(f"{out}/_spark_metadata")
     conf = spark._jsparkSession.sessionState().newHadoopConf()
     fm = jvm.io.batchlog.shim.package.CheckpointFileManager().create(meta, conf)
-    fm.mkdirs(meta)  # as the log does when it is opened
+    fm.mkdirs(meta)
+    return fm, meta
+
+
+def test_a_log_file_is_written_once_on_the_store(spark: SparkSession, store: str) -> None:
+    """Publishing a log file that exists is refused by the store itself and changes nothing: on
+    S3 a conditional upload (``If-None-Match: *``), on HDFS the manager's rename. A second writer
+    of the same batch file can never replace the first's (on S3 a rename-based check could)."""
+    jvm = spark._jvm
+    assert jvm is not None
+    fm, meta = _log_dir(spark, f"{store}/out")
+    conf = spark._jsparkSession.sessionState().newHadoopConf()
     log_files = jvm.io.batchlog.log.LogFiles
     five = jvm.org.apache.hadoop.fs.Path(meta, "5")
     log_files.publish(fm, five, False, _WriteBytes(b"v1\nfirst"))
@@ -205,16 +215,11 @@ def test_on_gcs_a_log_file_is_one_upload_the_store_refuses_twice(
     """On ``gs://`` a log file is one upload created with ``ifGenerationMatch=0``, once the bucket
     proved that the store refuses the second of two racing creates (both past the connector's own
     check); a second publish is refused and leaves the first, with no temp file beside it."""
-    from pyspark.java_gateway import ensure_callback_server_started
-
     jvm = spark._jvm
     assert jvm is not None
-    ensure_callback_server_started(spark.sparkContext._gateway)
     root = f"{gcs}/t-{uuid.uuid4().hex[:8]}"
-    meta = jvm.org.apache.hadoop.fs.Path(f"{root}/out/_spark_metadata")
+    fm, meta = _log_dir(spark, f"{root}/out")
     conf = spark._jsparkSession.sessionState().newHadoopConf()
-    fm = jvm.io.batchlog.shim.package.CheckpointFileManager().create(meta, conf)
-    fm.mkdirs(meta)
     log_files = jvm.io.batchlog.log.LogFiles
     five = jvm.org.apache.hadoop.fs.Path(meta, "5")
     assert str(log_files.describeWriteOnce(fm, five)) == (
@@ -237,16 +242,10 @@ def test_on_abfs_of_two_racing_publishes_of_a_log_file_one_wins_whole(
     Through Spark's manager alone the loser got a bare ``IOException`` and left its temp file."""
     import threading
 
-    from pyspark.java_gateway import ensure_callback_server_started
-
     jvm = spark._jvm
     assert jvm is not None
-    ensure_callback_server_started(spark.sparkContext._gateway)
     root = f"{abfs}/t-{uuid.uuid4().hex[:8]}"
-    meta = jvm.org.apache.hadoop.fs.Path(f"{root}/out/_spark_metadata")
-    conf = spark._jsparkSession.sessionState().newHadoopConf()
-    fm = jvm.io.batchlog.shim.package.CheckpointFileManager().create(meta, conf)
-    fm.mkdirs(meta)
+    fm, meta = _log_dir(spark, f"{root}/out")
     log_files = jvm.io.batchlog.log.LogFiles
     assert str(log_files.describeWriteOnce(fm, jvm.org.apache.hadoop.fs.Path(meta, "0"))) == (
         "temp file, then FileSystem.rename without overwrite, its answer checked"
@@ -287,12 +286,10 @@ def test_conditional_create_is_proved_once_per_bucket(
     proves the capability once per bucket (a second conditional create of a probe object must be
     refused) and otherwise publishes log files through the manager, as Spark does; ``inspect``
     says which."""
-    from pyspark.java_gateway import ensure_callback_server_started
     from storage_support import create_bucket, start_s3, stop_server
 
     jvm = spark._jvm
     assert jvm is not None
-    ensure_callback_server_started(spark.sparkContext._gateway)
     proc, endpoint, _ = start_s3(tmp_path / "s3-ignoring", ignore_if_none_match=True)
     try:
         bucket = "batchlog-ignores-if-none-match"
@@ -302,10 +299,7 @@ def test_conditional_create_is_proved_once_per_bucket(
         log_files = jvm.io.batchlog.log.LogFiles
 
         def publish_path(root: str) -> tuple[object, object, str]:
-            meta = jvm.org.apache.hadoop.fs.Path(f"{root}/out-probe/_spark_metadata")
-            conf = spark._jsparkSession.sessionState().newHadoopConf()
-            fm = jvm.io.batchlog.shim.package.CheckpointFileManager().create(meta, conf)
-            fm.mkdirs(meta)
+            fm, meta = _log_dir(spark, f"{root}/out-probe")
             five = jvm.org.apache.hadoop.fs.Path(meta, "5")
             return fm, five, str(log_files.describeWriteOnce(fm, five))
 
