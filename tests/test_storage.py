@@ -284,8 +284,8 @@ def test_conditional_create_is_proved_once_per_bucket(
     """S3A declares conditional creates whenever it can send ``If-None-Match``; a store that takes
     the header and ignores it would let a second writer's log file replace the first's. batchlog
     proves the capability once per bucket (a second conditional create of a probe object must be
-    refused) and otherwise publishes log files through the manager, as Spark does; ``inspect``
-    says which."""
+    refused) and otherwise publishes log files by a temp file and a rename, as Spark does;
+    ``inspect`` says which."""
     from storage_support import create_bucket, start_s3, stop_server
 
     jvm = spark._jvm
@@ -310,10 +310,11 @@ def test_conditional_create_is_proved_once_per_bucket(
         )
         fm, five, ignoring = publish_path(f"s3a://{bucket}")
         assert ignoring == (
-            "CheckpointFileManager (temp file, then rename): the store accepted a second "
+            "temp file, then rename: the store accepted a second "
             "conditional create of a probe object, it ignores If-None-Match"
         )
-        # its log files go through the manager: a second publish is still refused (by its check)
+        # its log files are a temp file and a rename: a second publish is still refused (by
+        # S3A's check for the target)
         _second_publish_refused(spark, fm, five, f"s3a://{bucket}", "out-probe")
     finally:
         stop_server(proc)

@@ -31,9 +31,10 @@ import org.apache.spark.sql.SparkSession
  * store can refuse that itself, in the same request (S3A from Hadoop 3.5: a conditional upload,
  * `If-None-Match: *`, the `fs.option.create.conditional.overwrite` path capability), they are one
  * upload too ([[publishOnce]]): atomic, where the manager's temp file and rename check for the
- * target first and then copy, which two writers can both pass on S3. Elsewhere they go through the
- * manager, as Spark's. The capability is not taken on trust: a store may take the header and ignore
- * it, so it is proved once per bucket ([[proveCreateOnce]]) before any log file relies on it.
+ * target first and then copy, which two writers can both pass on S3. Elsewhere they are a temp file
+ * and a rename, as Spark's ([[RenamePublish]]). The capability is not taken on trust: a store may
+ * take the header and ignore it, so it is proved once per bucket ([[proveCreateOnce]]) before any
+ * log file relies on it.
  *
  * Google Cloud Storage through Google's connector (`gs://`, [[Gcs]]) publishes whole on close too,
  * and a create that must not overwrite is sent with `ifGenerationMatch=0`: the store refuses it if
@@ -142,8 +143,8 @@ private[log] object ObjectStorePublish extends Logging {
         if (!refused) {
           logWarning(
             s"The store of $file accepted a second conditional create (If-None-Match: *) of one " +
-              "object: it ignores the condition. batchlog publishes log files there through the " +
-              "CheckpointFileManager, as Spark does; set fs.s3a.create.conditional.enabled=false " +
+              "object: it ignores the condition. batchlog publishes log files there by a temp file " +
+              "and a rename, as Spark does; set fs.s3a.create.conditional.enabled=false " +
               "to say so up front."
           )
         }
@@ -162,7 +163,7 @@ private[log] object ObjectStorePublish extends Logging {
   /** How log files beside `file` are published on `fs` (what `inspect` reports). */
   def describe(fs: FileSystem, file: Path): String =
     if (!declaresCreateOnce(fs, file)) {
-      "CheckpointFileManager (temp file, then rename; the store declares no conditional create)"
+      "temp file, then rename (the store declares no conditional create)"
     } else
       proveCreateOnce(fs, file) match {
         case Some(true) if Gcs.is(fs) =>
@@ -171,10 +172,10 @@ private[log] object ObjectStorePublish extends Logging {
         case Some(true) =>
           "one conditional upload (If-None-Match: *; the store refused a second create of a probe)"
         case Some(false) =>
-          "CheckpointFileManager (temp file, then rename): the store accepted a second " +
+          "temp file, then rename: the store accepted a second " +
             "conditional create of a probe object, it ignores If-None-Match"
         case None =>
-          "CheckpointFileManager (temp file, then rename): conditional creates could not be probed"
+          "temp file, then rename: conditional creates could not be probed"
       }
 
   /** Writes `file` (replacing it) with `fn` as one upload; a failure aborts it. */
