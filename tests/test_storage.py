@@ -13,6 +13,7 @@ rows read back exactly:
 
 from __future__ import annotations
 
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -274,6 +275,45 @@ def test_on_abfs_of_two_racing_publishes_of_a_log_file_one_wins_whole(
         [winner] = [w for w, v in said.items() if v == "published"]
         assert fs.read_bytes(f"{root}/out/_spark_metadata/{n}") == f"v1\n{winner}".encode()
     assert fs.names(f"{root}/out/_spark_metadata") == sorted(str(n) for n in range(10))
+
+
+def test_on_abfs_a_lease_caught_between_its_delete_and_rename_is_still_a_live_writer(
+    spark: SparkSession,
+    abfs: str,  # noqa: F811  (the fixture)
+) -> None:
+    """On ABFS a refresh replaces the writer lease by a delete, then a rename (Spark's manager):
+    a rewind or takeover reading it between the two would find no writer and act under a live
+    one. A reader that finds no lease there reads it again half a second later. Here the lease is
+    moved away before the check starts and put back 0.1 s later: the check still finds the live
+    writer (without the second read it found none)."""
+    import threading
+
+    jvm = spark._jvm
+    assert jvm is not None
+    root = f"{abfs}/t-{uuid.uuid4().hex[:8]}"
+    fm, meta = _log_dir(spark, f"{root}/out")
+    lease = jvm.io.batchlog.log.WriterLease
+    now = int(time.time() * 1000)
+    lease.write(fm, meta, lease("a-query", "a-run", "a-host", 1, 0, now, 60000, 1))
+    path = lease.path(meta)
+    aside = jvm.org.apache.hadoop.fs.Path(f"{root}/lease-aside")
+    hfs = path.getFileSystem(spark._jsparkSession.sessionState().newHadoopConf())
+    assert jvm.io.batchlog.log.LogFiles.replaceLeavesGap(fm, path)
+    assert hfs.rename(path, aside)  # a refresh between its delete and its rename
+    seen: dict[str, Any] = {}
+
+    def check() -> None:
+        found = jvm.io.batchlog.ops.WriterFence.liveWriter(
+            fm, meta, 0, jvm.io.batchlog.log.Clock.current()
+        )
+        seen["live"] = found.isDefined() and str(found.get().lease().runId())
+
+    checking = threading.Thread(target=check)
+    checking.start()
+    time.sleep(0.1)
+    assert hfs.rename(aside, path)  # the refresh's rename lands
+    checking.join()
+    assert seen == {"live": "a-run"}
 
 
 def test_conditional_create_is_proved_once_per_bucket(

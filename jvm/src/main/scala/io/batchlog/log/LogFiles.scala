@@ -220,6 +220,16 @@ object LogFiles {
     }
   }
 
+  /**
+   * Whether replacing `file` with `publish` (overwrite) may leave no file for an instant: Spark's
+   * manager's rename with overwrite on a file system bound through `DelegateToFileSystem` that is
+   * neither the local disk nor an object store publishing whole on close (ABFS) is a delete, then a
+   * rename. A reader that finds no file there reads again before taking it for absent.
+   */
+  def replaceLeavesGap(fm: CheckpointFileManager, file: Path): Boolean =
+    !LocalPublish.applies(fm, file) && ObjectStorePublish.applies(fm) &&
+      ObjectStorePublish.storeOf(file).isEmpty && RenamePublish.target(fm, file).isDefined
+
   /** How `publish` writes a write-once file beside `file` with `fm` (what `inspect` reports). */
   def describeWriteOnce(fm: CheckpointFileManager, file: Path): String =
     if (LocalPublish.applies(fm, file)) "hard link of a temp file (local disk)"
