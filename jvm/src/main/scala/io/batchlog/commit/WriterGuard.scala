@@ -133,7 +133,7 @@ final class WriterGuard private (
         else claim(batchId, Some(r), r.copy(compactInterval = taggedLog.interval))
     }
     checkEpoch(record, batchId)
-    val found = WriterLease.read(fm, meta) match {
+    val found = WriterLease.readSettled(fm, meta, clock) match {
       case Some(l) if l.runId != runId && WriterGuard.awaitRemovalHere(l.runId, timeoutMs) =>
         WriterLease.read(fm, meta) // that run, ended in this JVM, removed it (or left it)
       case other => other

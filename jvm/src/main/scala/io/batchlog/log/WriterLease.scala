@@ -1,5 +1,9 @@
 package io.batchlog.log
 
+import org.apache.hadoop.fs.Path
+
+import io.batchlog.shim.CheckpointFileManager
+
 /**
  * The lease of the query writing a sink now, `<output>/_batchlog/_batchlog-lease.json`. The
  * writer's driver refreshes it every `timeoutMs / 4` while the query runs and removes it when the
@@ -27,6 +31,23 @@ final case class WriterLease(
 }
 
 object WriterLease extends JsonRecordFile[WriterLease]("batchlog-lease.json") {
+
+  /**
+   * How long after finding no lease it is read again where a refresh replaces it by a delete, then
+   * a rename ([[LogFiles.replaceLeavesGap]]: Spark's manager on ABFS).
+   */
+  val AbsentRecheckMs: Long = 500L
+
+  /**
+   * The lease, read as an observer must read it: where a refresh replaces it by a delete, then a
+   * rename, a read between the two finds none while the writer lives, and a rewind, takeover or new
+   * run would act under it. There a lease found absent is read again [[AbsentRecheckMs]] later.
+   */
+  def readSettled(fm: CheckpointFileManager, meta: Path, clock: Clock): Option[WriterLease] =
+    read(fm, meta).orElse {
+      if (!LogFiles.replaceLeavesGap(fm, path(meta))) None
+      else { clock.sleepMs(AbsentRecheckMs); read(fm, meta) }
+    }
 
   /** How often the writer refreshes a lease of `timeoutMs`. */
   def refreshIntervalMs(timeoutMs: Long): Long = math.max(1L, timeoutMs / 4)

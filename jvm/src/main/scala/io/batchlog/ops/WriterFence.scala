@@ -6,7 +6,7 @@ import io.batchlog.shim.CheckpointFileManager
 
 import io.batchlog.BatchLogException
 import io.batchlog.commit.WriterGuard
-import io.batchlog.log.{Clock, LeaseWatch, LogFiles, SinkRecord, WriterLease}
+import io.batchlog.log.{Clock, LeaseWatch, SinkRecord, WriterLease}
 
 /**
  * How an operation that changes a sink under its writer (rewind, takeover, repair) keeps out of a
@@ -29,22 +29,11 @@ object WriterFence {
       clock: Clock = Clock.current
   ): Option[LeaseWatch.Live] =
     LeaseWatch.watch(WriterLease.path(meta).toString, waitMs, clock, watching(meta)) { () =>
-      val read = () => WriterLease.read(fm, meta).filterNot(l => WriterGuard.isDeadHere(l.runId))
-      read().orElse {
-        if (!LogFiles.replaceLeavesGap(fm, WriterLease.path(meta))) None
-        else { clock.sleepMs(AbsentRecheckMs); read() }
-      }
+      WriterLease.readSettled(fm, meta, clock).filterNot(l => WriterGuard.isDeadHere(l.runId))
     } match {
       case l: LeaseWatch.Live => Some(l)
       case LeaseWatch.NoWriter => None
     }
-
-  /**
-   * How long after finding no lease it is read again where a refresh replaces it by a delete, then
-   * a rename ([[LogFiles.replaceLeavesGap]]: Spark's manager on ABFS): a read between the two finds
-   * none while the writer lives, and would let a rewind or takeover act under it.
-   */
-  val AbsentRecheckMs: Long = 500L
 
   /** The progress of a wait on a lease, on stderr as every long operation's. */
   private def watching(meta: Path)(unchangedMs: Long, timeoutMs: Long): Unit =
