@@ -52,6 +52,8 @@ private[log] object RenamePublish {
   def target(fm: CheckpointFileManager, file: Path): Option[FileSystem] = {
     val scheme = file.toUri.getScheme
     if (fm.getClass.getSimpleName != DefaultManager || scheme == null || scheme == "file") None
+    // a scheme known not to delegate (HDFS) skips the session's Hadoop settings, copied per call
+    else if (java.lang.Boolean.FALSE.equals(delegates.get(scheme))) None
     else
       SparkSession.getActiveSession.orElse(SparkSession.getDefaultSession).flatMap { spark =>
         try {
