@@ -166,6 +166,22 @@ object BatchLogConf {
   def readersStaleAfterMs(spark: SparkSession): Long =
     durationOf(spark, ReadersStaleAfterKey, ReadersStaleAfterDefault, "7d or 12h")
 
+  /**
+   * How long a sink keeps the record of each maintenance operation run on it (rewind, cascade,
+   * takeover, adopt, repair, vacuum; `_batchlog/_history/`): the next operation deletes older ones.
+   * Batches have no records of their own: their history is the log's, bounded as it is.
+   */
+  private val HistoryRetentionDefault = "90d"
+  val HistoryRetentionKey: String = key(
+    "spark.batchlog.history.retention",
+    "How long a sink keeps the record of each maintenance operation run on it (rewind, takeover, " +
+      "adopt, repair, vacuum); the next operation deletes older ones.",
+    Some(HistoryRetentionDefault)
+  )
+
+  def historyRetentionMs(spark: SparkSession): Long =
+    durationOf(spark, HistoryRetentionKey, HistoryRetentionDefault, "90d or 12h")
+
   /** The positive duration set for `key` in the session (else `default`), in ms. */
   private def durationOf(spark: SparkSession, key: String, default: String, example: String): Long =
     duration(key, spark.conf.getOption(key).getOrElse(default), example)

@@ -44,10 +44,38 @@ sealed abstract class SinkAction[Self <: SinkAction[Self, P, R], P, R](
   /** The plan as a report (a case class of `io.batchlog.ops.Reports`): what a dry run prints. */
   def summary(): AnyRef
 
-  /** Carries out [[plan]] (unless a dry run) and reports. */
-  def execute(): R
+  /**
+   * Carries out [[plan]] (unless a dry run) and reports. An operation that ran (not a dry run) is
+   * recorded in the sink's history ([[OperationHistory]]), failed or not.
+   */
+  final def execute(): R =
+    if (isDryRun) run()
+    else {
+      val start = System.currentTimeMillis()
+      val report =
+        try run()
+        catch {
+          case e: Throwable =>
+            OperationHistory.failed(spark, sinkPath, operation, arguments, start, e)
+            throw e
+        }
+      OperationHistory.done(spark, operation, arguments, start, changes(report))
+      report
+    }
 
   protected def makePlan(): P
+
+  /** Carries out [[plan]] (unless a dry run) and reports: what [[execute]] returns. */
+  protected def run(): R
+
+  /** The operation's name in the sink's history. */
+  protected def operation: String
+
+  /** What the operation was asked, as its history shows it. */
+  protected def arguments: Map[String, String] = Map("force" -> isForced.toString)
+
+  /** What `report` says the operation changed, per sink: a sink with nothing to say is left out. */
+  protected def changes(report: R): Seq[(String, Map[String, Long])]
 }
 
 /** Rewinds a sink and its query's checkpoint to `toBatch` ([[io.batchlog.ops.Rewind]]). */
@@ -63,10 +91,18 @@ final class RewindAction private[batchlog] (
 
   def summary(): RewindPlanSummary = plan().summary
 
-  def execute(): RewindReport = {
+  protected def run(): RewindReport = {
     val p = plan()
     RewindReport(p.summary, if (isDryRun) None else Some(Rewind.apply(spark, p, isQuiet)))
   }
+
+  protected def operation = "rewind"
+
+  override protected def arguments: Map[String, String] =
+    super.arguments ++ Map("checkpoint" -> checkpointPath, "toBatch" -> toBatch.toString)
+
+  protected def changes(r: RewindReport): Seq[(String, Map[String, Long])] =
+    r.result.toSeq.map(res => sinkPath -> OperationHistory.rewound(r.plan, res))
 }
 
 /**
@@ -89,7 +125,27 @@ final class CascadeAction private[batchlog] (
 
   def summary(): CascadePlanSummary = plan().summary
 
-  def execute(): CascadeReport = {
+  protected def operation = "cascade"
+
+  override protected def arguments: Map[String, String] =
+    super.arguments ++ Map("checkpoint" -> checkpointPath, "toBatch" -> toBatch.toString) ++
+      (if (named.isEmpty) Map.empty
+       else
+         Map(
+           "downstream" -> named.map(d => s"${d.sink.getOrElse("")}=${d.checkpoint}").mkString(",")
+         ))
+
+  /** Each hop that rewound a file sink, in that sink's history. */
+  protected def changes(r: CascadeReport): Seq[(String, Map[String, Long])] =
+    for {
+      results <- r.results.toSeq
+      (hop, Some(res)) <- r.plan.hops.zip(results)
+      sink <- hop.sink.toSeq
+      plan <- hop.plan.toSeq
+    } yield sink -> (OperationHistory.rewound(plan, res) ++
+      Map("depth" -> hop.depth.toLong, "toBatch" -> res.toBatch))
+
+  protected def run(): CascadeReport = {
     val p = plan()
     val start = System.nanoTime()
     val results = if (isDryRun) None else Some(Cascade.apply(spark, p, isQuiet))
@@ -111,7 +167,19 @@ final class TakeoverAction private[batchlog] (
 
   def summary(): TakeoverReport = plan().report(dryRun = true, done = false)
 
-  def execute(): TakeoverReport = Takeover.apply(spark, sinkPath, plan(), isDryRun)
+  protected def run(): TakeoverReport = Takeover.apply(spark, sinkPath, plan(), isDryRun)
+
+  protected def operation = "takeover"
+
+  override protected def arguments: Map[String, String] =
+    super.arguments + ("checkpoint" -> checkpointPath)
+
+  protected def changes(r: TakeoverReport): Seq[(String, Map[String, Long])] =
+    Seq(sinkPath -> Map(
+      "done" -> (if (r.done) 1L else 0L),
+      "fromBatch" -> r.fromBatch,
+      "skippedBatches" -> r.skippedBatches
+    ))
 }
 
 /** Tags the entries of a sink written by plain Spark whose batch can be proven ([[Adopt]]). */
@@ -122,8 +190,17 @@ final class AdoptAction private[batchlog] (spark: SparkSession, sinkPath: String
 
   def summary(): AdoptReport = plan()
 
-  def execute(): AdoptReport =
+  protected def run(): AdoptReport =
     if (isDryRun) plan() else Adopt.run(spark, sinkPath, dryRun = false, isQuiet)
+
+  protected def operation = "adopt"
+
+  protected def changes(r: AdoptReport): Seq[(String, Map[String, Long])] =
+    Seq(sinkPath -> Map(
+      "entriesTagged" -> r.entriesTagged,
+      "entriesUntagged" -> r.entriesUntagged,
+      "compactFilesRewritten" -> r.compactFilesRewritten
+    ))
 }
 
 /**
@@ -141,7 +218,21 @@ final class RepairAction private[batchlog] (spark: SparkSession, sinkPath: Strin
 
   def summary(): RepairReport = plan().report(dryRun = true)
 
-  def execute(): RepairReport = Repair.apply(spark, plan(), isDryRun, isForced, isQuiet)
+  protected def run(): RepairReport = Repair.apply(spark, plan(), isDryRun, isForced, isQuiet)
+
+  protected def operation = "repair"
+
+  override protected def arguments: Map[String, String] =
+    super.arguments ++ interval.map(n => "compactInterval" -> n.toString)
+
+  protected def changes(r: RepairReport): Seq[(String, Map[String, Long])] =
+    Seq(sinkPath -> Map(
+      "logWritten" -> (if (r.written) 1L else 0L),
+      "batches" -> r.batches.length.toLong,
+      "dataFiles" -> r.dataFiles,
+      "indexesRewritten" -> r.indexesRewritten.length.toLong,
+      "runsRestored" -> r.runsRestored.length.toLong
+    ))
 }
 
 /** Deletes orphan data files older than `olderThan` ([[Vacuum]]); a dry run unless told. */
@@ -162,6 +253,14 @@ final class VacuumAction private[batchlog] (spark: SparkSession, sinkPath: Strin
 
   def summary(): VacuumReport = plan().report
 
-  def execute(): VacuumReport =
+  protected def run(): VacuumReport =
     if (isDryRun) plan().report else Vacuum.apply(spark, plan(), isQuiet)
+
+  protected def operation = "vacuum"
+
+  override protected def arguments: Map[String, String] =
+    super.arguments + ("olderThan" -> age)
+
+  protected def changes(r: VacuumReport): Seq[(String, Map[String, Long])] =
+    Seq(sinkPath -> Map("dataFilesDeleted" -> r.deletedFiles, "orphanFiles" -> r.orphanFiles))
 }

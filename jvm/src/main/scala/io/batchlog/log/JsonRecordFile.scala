@@ -27,7 +27,7 @@ import io.batchlog.Compat._
  * there only when the record is missing from `_batchlog/`, and the next write of a record moves it
  * (writes the new place, then removes the old), so a migrated sink costs no extra request.
  */
-object JsonRecordFile {
+object JsonRecordFile extends org.apache.spark.internal.Logging {
 
   /**
    * How many sinks a JVM-wide note by sink path holds before it starts over: such notes only spare
@@ -63,6 +63,29 @@ object JsonRecordFile {
   /** True for the name of one of batchlog's records (not a log file, not an index). */
   def isRecordName(name: String): Boolean =
     name.stripPrefix(HiddenPrefix).startsWith("batchlog-") && name.endsWith(".json")
+
+  /**
+   * The JSON record of type `T` in file `p`, for records that only inform (a reader's, an
+   * operation's): None if the file is missing, and None with a warning naming `what` and the file
+   * if it cannot be read, so one damaged record does not hide the others.
+   */
+  def readLenient[T <: AnyRef: Manifest](
+      fm: CheckpointFileManager,
+      p: Path,
+      what: String
+  ): Option[T] =
+    try {
+      val in = fm.open(p)
+      val text =
+        try new String(Compat.readAllBytes(in), UTF_8)
+        finally in.close()
+      Some(Serialization.read[T](text)(DefaultFormats, implicitly[Manifest[T]]))
+    } catch {
+      case _: FileNotFoundException => None
+      case scala.util.control.NonFatal(e) =>
+        logWarning(s"batchlog's $what record $p cannot be read; skipped", e)
+        None
+    }
 
   /** True if `a` and `b` are statuses of the same version of a file, by their ETags. */
   def sameVersion(a: FileStatus, b: FileStatus): Boolean = (a, b) match {

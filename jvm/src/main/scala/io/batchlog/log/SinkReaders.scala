@@ -3,14 +3,10 @@ package io.batchlog.log
 import java.io.FileNotFoundException
 import java.nio.charset.StandardCharsets.UTF_8
 
-import scala.util.control.NonFatal
-
 import org.apache.hadoop.fs.Path
-import org.apache.spark.internal.Logging
 import org.json4s.{DefaultFormats, Formats}
 import org.json4s.jackson.Serialization
 
-import io.batchlog.Compat
 import io.batchlog.shim.CheckpointFileManager
 
 /**
@@ -48,7 +44,7 @@ final case class SinkReaderRecord(
  * first registration time kept); nothing removes it: `inspect` shows one not seen for longer than
  * `spark.batchlog.readers.staleAfter` as stale.
  */
-object SinkReaders extends Logging {
+object SinkReaders {
   implicit private val formats: Formats = DefaultFormats
 
   val Version = 1
@@ -86,16 +82,5 @@ object SinkReaders extends Logging {
   }
 
   private def readFile(fm: CheckpointFileManager, p: Path): Option[SinkReaderRecord] =
-    try {
-      val in = fm.open(p)
-      val text =
-        try new String(Compat.readAllBytes(in), UTF_8)
-        finally in.close()
-      Some(Serialization.read[SinkReaderRecord](text))
-    } catch {
-      case _: FileNotFoundException => None
-      case NonFatal(e) =>
-        logWarning(s"batchlog's reader record $p cannot be read; skipped", e)
-        None
-    }
+    JsonRecordFile.readLenient[SinkReaderRecord](fm, p, "reader")
 }
