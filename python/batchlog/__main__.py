@@ -8,6 +8,7 @@ start takes 20-40 s here; this takes well under one).
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -44,6 +45,15 @@ def _session(confs: list[str]) -> SparkSession:
 
 def cmd_inspect(spark: SparkSession, args: argparse.Namespace) -> int:
     render.inspect(batchlog.SinkLog(spark, args.path).inspect(args.checkpoint))
+    return 0
+
+
+def cmd_history(spark: SparkSession, args: argparse.Namespace) -> int:
+    h = batchlog.SinkLog(spark, args.path).history()
+    if args.json:
+        print(json.dumps(h.to_dict(), indent=2))
+    else:
+        render.history(h, args.limit)
     return 0
 
 
@@ -234,6 +244,15 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("path", help="the sink's output directory (holds _spark_metadata)")
     s.add_argument("--checkpoint", help="the query's checkpointLocation, to include its horizon")
     s.set_defaults(fn=cmd_inspect)
+    s = sub.add_parser(
+        "history", help="what happened to the sink: batches, compactions, operations, by whom"
+    )
+    s.add_argument("path", help="the sink's output directory")
+    s.add_argument(
+        "--limit", type=int, default=100, help="show the newest N events (default 100; 0: all)"
+    )
+    s.add_argument("--json", action="store_true", help="the whole history as JSON")
+    s.set_defaults(fn=cmd_history)
     s = sub.add_parser("files", help="the live files one batch wrote")
     s.add_argument("path", help="the sink's output directory")
     s.add_argument("--batch", type=int, required=True, help="micro-batch id")

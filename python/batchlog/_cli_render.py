@@ -14,6 +14,7 @@ from batchlog.reports import (
     RepairReport,
     RewindPlanSummary,
     RewindResult,
+    SinkHistory,
     SinkSummary,
     TakeoverReport,
     VacuumReport,
@@ -100,6 +101,46 @@ def inspect(info: SinkSummary) -> None:
             for r in info.readers
         ]
         print(table(["reader query", "source", "kind", "checkpoint", "sink", "seen", ""], readers))
+
+
+def history(h: SinkHistory, limit: int) -> None:
+    """The sink's events by time, newest last: batches, compactions and operations; the newest
+    ``limit`` of them (0: all)."""
+    events: list[tuple[int, int, list[object]]] = []
+    for b in h.batches:
+        row: list[object] = [_when(b.time_ms), "batch", b.batch_id, b.files, human_bytes(b.bytes)]
+        events.append((b.time_ms, 0, row + ["", ""]))
+    for c in h.compactions:
+        row = [_when(c.time_ms), "compaction", c.batch_id, "", human_bytes(c.bytes)]
+        events.append((c.time_ms, 1, row + ["", c.file]))
+    for o in h.operations:
+        args = " ".join(f"{k}={v}" for k, v in sorted(o.arguments.items()))
+        changed = " ".join(f"{k}={v}" for k, v in sorted(o.changed.items()))
+        detail = "; ".join(x for x in (o.outcome, args, changed) if x)
+        who = f"{o.user}@{o.host}"
+        events.append((o.time_ms, 2, [_when(o.time_ms), o.operation, "", "", "", who, detail]))
+    events.sort(key=lambda e: (e[0], e[1]))
+    shown = events if limit <= 0 else events[-limit:]
+    latest = h.latest_batch if h.latest_batch >= 0 else "(none)"
+    print(f"sink            {h.sink}")
+    print(f"latest batch    {latest}")
+    print(
+        f"events          {_count(len(h.batches), 'live batch', 'live batches')}, "
+        f"{_count(len(h.compactions), 'live compaction')}, "
+        f"{_count(len(h.operations), 'operation')} "
+        f"(operations kept {h.operations_retention_ms / 86_400_000:g} days)"
+    )
+    if h.untagged_files:
+        print(f"untagged        {h.untagged_files} live files have no provable batch")
+    print()
+    if len(shown) < len(events):
+        print(f"({len(events) - len(shown)} earlier events not shown; --limit 0 shows all)")
+    headers = ["time", "event", "batch", "files", "size", "by", "details"]
+    print(table(headers, [e[2] for e in shown]) if shown else "(nothing yet)")
+
+
+def _count(n: int, one: str, many: str | None = None) -> str:
+    return f"{n} {one if n == 1 else (many or one + 's')}"
 
 
 def _utc(ms: int) -> str:

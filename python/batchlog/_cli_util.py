@@ -19,8 +19,11 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     """A plain-text table; numbers are right-aligned."""
     cells = [[str(c) for c in r] for r in rows]
     widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+    # a column of numbers (blank cells allowed) is right-aligned
     numeric = [
-        all(isinstance(r[i], (int, float)) for r in rows) and rows for i in range(len(headers))
+        all(isinstance(r[i], (int, float)) or r[i] == "" for r in rows)
+        and any(isinstance(r[i], (int, float)) for r in rows)
+        for i in range(len(headers))
     ]
 
     def line(values: Sequence[str]) -> str:

@@ -266,6 +266,59 @@ class SinkSummary(Report):
 
 
 @dataclasses.dataclass(frozen=True)
+class SinkBatch(Report):
+    """A batch in a sink's history: the live files it wrote, their bytes, the newest one's time
+    (ms since the epoch)."""
+
+    batch_id: int
+    files: int
+    bytes: int
+    time_ms: int
+
+
+@dataclasses.dataclass(frozen=True)
+class SinkCompaction(Report):
+    """A compaction in a sink's history: its live compact file, the file's size and time."""
+
+    batch_id: int
+    file: str
+    bytes: int
+    time_ms: int
+
+
+@dataclasses.dataclass(frozen=True)
+class SinkOperation(Report):
+    """A maintenance operation in a sink's history: who ran it (Hadoop user, host, Spark
+    application), when it ended and how long it took, what it was asked, its ``outcome``
+    (``done``, or ``failed: <code>``) and what it ``changed``, counted."""
+
+    operation: str
+    time_ms: int
+    duration_ms: int
+    user: str
+    host: str
+    application_id: str
+    batchlog_version: str
+    arguments: dict[str, str]
+    outcome: str
+    changed: dict[str, int]
+
+
+@dataclasses.dataclass(frozen=True)
+class SinkHistory(Report):
+    """``history``: a sink's live batches, its live compactions and the operations run on it
+    within ``operations_retention_ms``, each oldest first."""
+
+    sink: str
+    latest_batch: int
+    untagged_files: int
+    batches: list[SinkBatch]
+    compactions: list[SinkCompaction]
+    operations: list[SinkOperation]
+    operations_retention_ms: int
+
+
+@dataclasses.dataclass(frozen=True)
 class RewindPlanSummary(Report):
     """What a rewind to ``to_batch`` will do (what a dry run prints)."""
 

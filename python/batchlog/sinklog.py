@@ -9,7 +9,7 @@ from pyspark.sql import DataFrame, SparkSession
 from batchlog import _sql
 from batchlog._jvm import jvm_errors
 from batchlog.ops import sink, to_report
-from batchlog.reports import SinkSummary, from_json
+from batchlog.reports import SinkHistory, SinkSummary, from_json
 
 
 class SinkLog:
@@ -105,3 +105,15 @@ class SinkLog:
         with jvm_errors():
             j = self._j.inspect() if checkpoint is None else self._j.inspect(checkpoint)
             return to_report(self._spark, SinkSummary, j)
+
+    def history(self) -> SinkHistory:
+        """What happened to the sink: its live batches (files, bytes, time), its live compactions
+        and the maintenance operations run on it (who, when, arguments, what they changed).
+
+        A sink written before batchlog kept history still shows its batches, from its log.
+        """
+        if self._remote:
+            sql = f"BATCHLOG HISTORY {_sql.literal(self.path)}"
+            return from_json(SinkHistory, _sql.statement(self._spark, sql))
+        with jvm_errors():
+            return to_report(self._spark, SinkHistory, self._j.history())

@@ -19,11 +19,11 @@ import io.batchlog.source.{BatchLogDataSource, BatchRange, SourceOptions}
  *   sink.rewind("/chk/out", 7).dryRun(true).execute() // the plan, changing nothing
  * }}}
  *
- * Reads (`latestBatch`, `batches`, `files`, `batchOf`, `entries`, `inspect`, `verify`, `read`)
- * never write and work on logs written with or without batchlog. Maintenance operations are actions
- * ([[io.batchlog.api.SinkAction]]): configured fluently, planned before they act, and reporting
- * immutable values (`io.batchlog.ops.Reports`). Errors are [[BatchLogException]]s that name the
- * file or argument, what to do, and what was (not) changed.
+ * Reads (`latestBatch`, `batches`, `files`, `batchOf`, `entries`, `inspect`, `history`, `verify`,
+ * `read`) never write and work on logs written with or without batchlog. Maintenance operations are
+ * actions ([[io.batchlog.api.SinkAction]]): configured fluently, planned before they act, and
+ * reporting immutable values (`io.batchlog.ops.Reports`). Errors are [[BatchLogException]]s that
+ * name the file or argument, what to do, and what was (not) changed.
  */
 final class BatchLog private (spark: SparkSession, val path: String) {
 
@@ -55,6 +55,12 @@ final class BatchLog private (spark: SparkSession, val path: String) {
 
   /** [[inspect]] with the horizon of the query's checkpoint too. */
   def inspect(checkpointPath: String): SinkSummary = reader.summary(Option(checkpointPath))
+
+  /**
+   * What happened to the sink: its live batches (files, bytes, time), its live compactions and the
+   * maintenance operations run on it, who ran them and what they changed ([[History]]).
+   */
+  def history(): SinkHistory = History.of(spark, path)
 
   /** The log checked against the output directory; changes nothing ([[Verify]]). */
   def verify(): VerifyReport = BatchLogException.unchanged(Verify.run(spark, path))

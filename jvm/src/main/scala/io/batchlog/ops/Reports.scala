@@ -365,3 +365,42 @@ final case class VacuumReport(
     recentUploads: Long,
     abortedUploads: Long
 )
+
+/** A batch in a sink's history: the live files it wrote, their bytes, the newest one's time. */
+final case class SinkBatch(batchId: Long, files: Long, bytes: Long, timeMs: Long)
+
+/** A compaction in a sink's history: its live compact file, the file's size and time. */
+final case class SinkCompaction(batchId: Long, file: String, bytes: Long, timeMs: Long)
+
+/**
+ * A maintenance operation in a sink's history: who ran it (the Hadoop user, the host, the Spark
+ * application), when it ended and how long it took, what it was asked, its outcome (`done`, or
+ * `failed: <code>`) and what it changed, counted.
+ */
+final case class SinkOperation(
+    operation: String,
+    timeMs: Long,
+    durationMs: Long,
+    user: String,
+    host: String,
+    applicationId: String,
+    batchlogVersion: String,
+    arguments: Map[String, String],
+    outcome: String,
+    changed: Map[String, Long]
+)
+
+/**
+ * `history`: a sink's live batches (`untaggedFiles`: live files no batch is proven for), its live
+ * compactions and the operations run on it within `operationsRetentionMs`, each oldest first; see
+ * [[History]].
+ */
+final case class SinkHistory(
+    sink: String,
+    latestBatch: Long,
+    untaggedFiles: Long,
+    batches: Seq[SinkBatch],
+    compactions: Seq[SinkCompaction],
+    operations: Seq[SinkOperation],
+    operationsRetentionMs: Long
+)

@@ -47,8 +47,9 @@ final case class BatchLogCommand(statement: BatchLogStatement) extends LeafRunna
       case "vacuum" => act(st.olderThan.fold(sink.vacuum())(sink.vacuum().olderThan))
       case "verify" => sink.verify()
       case "inspect" => st.checkpoint.fold(sink.inspect())(sink.inspect)
+      case "history" => sink.history()
     }
-    val changesNothing = st.mode != Execute || Set("verify", "inspect")(st.operation)
+    val changesNothing = st.mode != Execute || Set("verify", "inspect", "history")(st.operation)
     Seq(Row(st.operation, st.sink, changesNothing, ReportJson.toJson(report)))
   }
 

@@ -20,6 +20,7 @@ import io.batchlog.BatchLogException
  *   BATCHLOG VACUUM '/data/out' [OLDER THAN '1h'] [DRY RUN | PLAN]
  *   BATCHLOG VERIFY '/data/out'
  *   BATCHLOG INSPECT '/data/out' [CHECKPOINT '/chk/out']
+ *   BATCHLOG HISTORY '/data/out'
  * }}}
  *
  * `DRY RUN` reports what the operation would do and changes nothing; `PLAN` returns the plan (what
@@ -61,7 +62,8 @@ object BatchLogStatement {
     "REPAIR" -> Grammar(Set("FORCE", "COMPACT"), Set()),
     "VACUUM" -> Grammar(Set("OLDER"), Set()),
     "VERIFY" -> Grammar(Set(), Set(), modes = false),
-    "INSPECT" -> Grammar(Set("CHECKPOINT"), Set(), modes = false)
+    "INSPECT" -> Grammar(Set("CHECKPOINT"), Set(), modes = false),
+    "HISTORY" -> Grammar(Set(), Set(), modes = false)
   )
 
   sealed private trait Token

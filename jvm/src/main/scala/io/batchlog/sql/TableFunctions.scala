@@ -6,7 +6,7 @@ import org.apache.spark.sql.catalyst.FunctionIdentifier
 import org.apache.spark.sql.catalyst.expressions.{Expression, ExpressionInfo}
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
 import org.apache.spark.sql.sources.{BaseRelation, TableScan}
-import org.apache.spark.sql.types.{LongType, StringType, StructField, StructType}
+import org.apache.spark.sql.types.{LongType, StringType, StructField, StructType, TimestampType}
 
 import io.batchlog.{BatchLog, BatchLogException}
 import io.batchlog.source.{BatchRange, SinkRelations, SourceOptions}
@@ -20,6 +20,7 @@ import io.batchlog.source.{BatchRange, SinkRelations, SourceOptions}
  *   SELECT * FROM batchlog_batch_of('/data/out', 'part-...parquet')  -- batchId (-1: untagged)
  *   SELECT * FROM batchlog_latest_batch('/data/out')   -- batchId (-1: none yet)
  *   SELECT * FROM batchlog_entries('/data/out')        -- the log as a table
+ *   SELECT * FROM batchlog_history('/data/out')        -- batches, compactions, operations
  * }}}
  *
  * Each resolves to a relation read when the query runs (not when it is analyzed).
@@ -88,6 +89,29 @@ object TableFunctions {
       }
     ),
     Fn(
+      "batchlog_history",
+      "What happened to the sink, oldest first: each live batch, live compaction and operation " +
+        "(time, event, batchId, files, bytes, user, host, applicationId, outcome, details).",
+      Seq("path"),
+      { case Seq(path: String) =>
+        rows(
+          StructType(Seq(
+            StructField("time", TimestampType, nullable = false),
+            StructField("event", StringType, nullable = false),
+            BatchIdField,
+            StructField("files", LongType, nullable = true),
+            StructField("bytes", LongType, nullable = true),
+            StructField("user", StringType, nullable = true),
+            StructField("host", StringType, nullable = true),
+            StructField("applicationId", StringType, nullable = true),
+            StructField("outcome", StringType, nullable = true),
+            StructField("details", StringType, nullable = true)
+          )),
+          () => historyRows(sink(path).history())
+        )
+      }
+    ),
+    Fn(
       "batchlog_entries",
       "Every live entry of the sink's log, with the batch that wrote it (null: untagged).",
       Seq("path"),
@@ -99,6 +123,46 @@ object TableFunctions {
       }
     )
   )
+
+  /** A sink's history as rows, one per event, by time (a batch before an operation of its time). */
+  private def historyRows(h: io.batchlog.ops.SinkHistory): Seq[Row] = {
+    def ts(ms: Long) = new java.sql.Timestamp(ms)
+    val batches = h.batches.map(b =>
+      (
+        b.timeMs,
+        0,
+        Row(ts(b.timeMs), "batch", b.batchId, b.files, b.bytes, null, null, null, null, null)
+      )
+    )
+    val compactions = h.compactions.map(c =>
+      (
+        c.timeMs,
+        1,
+        Row(ts(c.timeMs), "compaction", c.batchId, null, c.bytes, null, null, null, null, c.file)
+      )
+    )
+    val operations = h.operations.map { o =>
+      val details =
+        io.batchlog.api.ReportJson.toJson(Map("arguments" -> o.arguments, "changed" -> o.changed))
+      (
+        o.timeMs,
+        2,
+        Row(
+          ts(o.timeMs),
+          o.operation,
+          null,
+          null,
+          null,
+          o.user,
+          o.host,
+          o.applicationId,
+          o.outcome,
+          details
+        )
+      )
+    }
+    (batches ++ compactions ++ operations).sortBy(e => (e._1, e._2)).map(_._3)
+  }
 
   private def sink(path: String): BatchLog = BatchLog.forPath(SparkSession.active, path)
 
