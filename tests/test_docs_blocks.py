@@ -115,6 +115,9 @@ NORMALISE: list[tuple[re.Pattern[str], str]] = [
     (re.compile(UUID_RE), "<uuid>"),
     (re.compile(r"broken-\d+"), "broken-<ms>"),
     (re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC"), "<time> UTC"),
+    (re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC"), "<time> UTC"),
+    # `history`: who ran an operation (the user and host running the tests)
+    (re.compile(r"(?<=  )[\w.-]+@[\w.-]+(?=  )"), "<user>@<host>"),
     (
         re.compile(r"done in [\d.]+ s \(deleting (\d+) data files: [\d.]+ s\)"),
         r"done in <s> (\1: <s>)",
@@ -137,6 +140,7 @@ NORMALISE: list[tuple[re.Pattern[str], str]] = [
     ),
     # log files and indexes hold absolute paths: their sizes follow the temporary directory's
     (re.compile(r"(log files +\d+) \([\d.]+ K?i?B\)"), r"\1 (<size>)"),
+    (re.compile(r"(compaction +\d+ +)[\d.]+ K?i?B"), r"\1<size>"),
     (re.compile(r"is \d+ bytes, (its head|the index) says \d+"), r"is <n> bytes, \1 says <n>"),
     # a table's columns are as wide as its longest cell: a temporary path's length
     (re.compile(r"-{3,}"), "---"),

@@ -1,0 +1,234 @@
+"""A sink's history (``SinkLog.history()``, ``python -m batchlog history``, ``batchlog_history``):
+its live batches from the log, its live compactions, and a record of each maintenance operation
+run on it (``_batchlog/_history/``), against a real streaming query, rewound and run again.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import socket
+import time
+from pathlib import Path
+
+import golden_support as gs
+import pytest
+import rewind_support as rs
+from batchlog.reports import SinkHistory
+from pyspark.sql import SparkSession
+from rewind_support import _ids_confs, batchlog  # noqa: F401  (the ids sink's compact intervals)
+from support import cli_here, run_cli, session_conf
+
+BATCHES = 6
+
+
+def _build(spark: SparkSession, root: Path) -> tuple[Path, Path, Path]:
+    inbox, out, ck = root / "in", root / "out", root / "ck"
+    for i in range(BATCHES):
+        rs.write_input(inbox, i, rs.id_rows(i))
+    rs.run_ids_query(spark, inbox, out, ck, mult=1)
+    return inbox, out, ck
+
+
+def _files_by_batch(out: Path) -> dict[int, list[Path]]:
+    found: dict[int, list[Path]] = {}
+    for f in out.rglob("part-*"):
+        if f.is_file():
+            found.setdefault(rs.batch_of_name(str(f)), []).append(f)
+    return found
+
+
+def _assert_batches_match_disk(h: SinkHistory, out: Path) -> None:
+    on_disk = _files_by_batch(out)
+    assert [b.batch_id for b in h.batches] == sorted(on_disk)
+    for b in h.batches:
+        files = on_disk[b.batch_id]
+        assert b.files == len(files)
+        assert b.bytes == sum(f.stat().st_size for f in files)
+        assert b.time_ms == max(f.stat().st_mtime_ns // 1_000_000 for f in files)
+
+
+def test_history_shows_batches_compactions_and_who_rewound_and_vacuumed(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    inbox, out, ck = _build(spark, tmp_path)
+    log = batchlog.SinkLog(spark, str(out))
+    h = log.history()
+    assert h.latest_batch == BATCHES - 1 and h.untagged_files == 0
+    _assert_batches_match_disk(h, out)
+    # compact interval 3: batches 2 and 5 compacted; the log keeps both files (cleanup delay)
+    assert [c.batch_id for c in h.compactions] == [2, 5]
+    for c in h.compactions:
+        compact = out / "_spark_metadata" / c.file
+        assert c.bytes == compact.stat().st_size
+        assert c.time_ms == compact.stat().st_mtime_ns // 1_000_000
+    assert h.operations == []
+    rewound_bytes = sum(b.bytes for b in h.batches if b.batch_id >= 3)
+
+    # dry runs and plans change nothing, and are not history
+    batchlog.rewind(spark, str(out), str(ck), 3, dry_run=True, quiet=True)
+    batchlog.vacuum(spark, str(out), older_than="0s", quiet=True)
+    assert log.history().operations == []
+    assert not (out / "_batchlog" / "_history").exists()
+
+    before = int(time.time() * 1000)
+    batchlog.rewind(spark, str(out), str(ck), 3, quiet=True)
+    batchlog.vacuum(spark, str(out), older_than="0s", dry_run=False, quiet=True)
+    after = int(time.time() * 1000)
+
+    h = log.history()
+    _assert_batches_match_disk(h, out)
+    assert [b.batch_id for b in h.batches] == [0, 1, 2]
+    rewind, vacuum = h.operations
+    assert rewind.operation == "rewind" and rewind.outcome == "done"
+    assert rewind.arguments == {"checkpoint": str(ck), "toBatch": "3", "force": "false"}
+    assert rewind.changed == {
+        "batches": 3,
+        "dataFilesDeleted": 6,
+        "dataBytesDeleted": rewound_bytes,
+    }
+    assert vacuum.operation == "vacuum" and vacuum.outcome == "done"
+    assert vacuum.arguments == {"olderThan": "0s", "force": "false"}
+    assert vacuum.changed == {"dataFilesDeleted": 0, "orphanFiles": 0}
+    for op in (rewind, vacuum):
+        assert before <= op.time_ms <= after and 0 <= op.duration_ms <= after - before
+        assert op.user == getpass.getuser()
+        assert op.host == socket.gethostname()
+        assert op.application_id == spark.sparkContext.applicationId
+        assert op.batchlog_version == spark._jvm.io.batchlog.BuildInfo.version()  # type: ignore[union-attr]
+    assert rewind.time_ms <= vacuum.time_ms
+    # one record per operation, written once, hidden from Spark's file index by its `_`
+    names = sorted(p.name for p in (out / "_batchlog" / "_history").iterdir())
+    assert [n.split("-")[1] for n in names] == ["rewind", "vacuum"]
+    assert all(n.startswith("_") and n.endswith(".json") for n in names)
+
+    # the query runs batches 3..5 again: they are back in the history, the operations kept
+    rs.run_ids_query(spark, inbox, out, ck, mult=2)
+    h = log.history()
+    _assert_batches_match_disk(h, out)
+    assert [b.batch_id for b in h.batches] == list(range(BATCHES))
+    assert [o.operation for o in h.operations] == ["rewind", "vacuum"]
+    assert all(b.time_ms >= vacuum.time_ms for b in h.batches if b.batch_id >= 3)
+    # plain Spark reads every row once, the rewound batches with the new transformation
+    got = sorted(tuple(r) for r in spark.read.parquet(str(out)).select("id", "v").collect())
+    assert got == sorted(
+        (i, i * (2 if i // 10 >= 3 else 1)) for b in range(6) for i in rs.ids_of_batch(b)
+    )
+
+    # the same history as a table, as JSON, and in SQL
+    shown = cli_here(spark, "history", str(out))
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert lines[0].split() == ["sink", str(out)]
+    events = [ln.split()[3] for ln in lines if ln[:4].isdigit()]
+    assert events.count("batch") == BATCHES and events.count("compaction") == 2
+    assert events.count("rewind") == 1 and events.count("vacuum") == 1
+    row = next(ln for ln in lines if " rewind " in ln)
+    assert f"{getpass.getuser()}@{socket.gethostname()}" in row and "dataFilesDeleted=6" in row
+    assert "toBatch=3" in row and row.split()[3] == "rewind"
+    as_json = cli_here(spark, "history", str(out), "--json")
+    assert json.loads(as_json.stdout) == h.to_dict()
+    last_two = cli_here(spark, "history", str(out), "--limit", "2").stdout
+    assert "earlier events not shown" in last_two
+
+    rows = spark.sql(f"SELECT * FROM batchlog_history('{out}')").collect()
+    assert [r.event for r in rows if r.event not in ("batch", "compaction")] == ["rewind", "vacuum"]
+    assert sorted(r.batchId for r in rows if r.event == "batch") == list(range(BATCHES))
+    sql_rewind = next(r for r in rows if r.event == "rewind")
+    assert sql_rewind.user == getpass.getuser() and sql_rewind.outcome == "done"
+    assert json.loads(sql_rewind.details) == {
+        "arguments": rewind.arguments,
+        "changed": rewind.changed,
+    }
+    times = [r.time for r in rows]
+    assert times == sorted(times)
+
+
+def test_a_refused_operation_is_not_history_and_a_non_sink_gets_no_records(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    _, out, ck = _build(spark, tmp_path)
+    for to_batch in (-1, BATCHES + 5):
+        with pytest.raises(batchlog.BatchLogError, match="Nothing was changed"):
+            batchlog.rewind(spark, str(out), str(ck), to_batch, quiet=True)
+    with pytest.raises(batchlog.BatchLogError):
+        batchlog.takeover(spark, str(out), str(tmp_path / "no-checkpoint"))
+    assert batchlog.SinkLog(spark, str(out)).history().operations == []
+    assert not (out / "_batchlog" / "_history").exists()
+
+    empty = tmp_path / "not-a-sink"
+    empty.mkdir()
+    with pytest.raises(batchlog.NotASinkError):
+        batchlog.vacuum(spark, str(empty), dry_run=False, quiet=True)
+    with pytest.raises(batchlog.NotASinkError):
+        batchlog.SinkLog(spark, str(empty)).history()
+    assert list(empty.iterdir()) == []
+
+
+def test_history_retention_drops_old_operation_records_at_the_next_one(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    _, out, _ = _build(spark, tmp_path)
+    with session_conf(spark, {"spark.batchlog.history.retention": "2s"}):
+        batchlog.vacuum(spark, str(out), older_than="1h", dry_run=False, quiet=True)
+        batchlog.vacuum(spark, str(out), older_than="2h", dry_run=False, quiet=True)
+        assert [
+            o.arguments["olderThan"] for o in batchlog.SinkLog(spark, str(out)).history().operations
+        ] == [
+            "1h",
+            "2h",
+        ]
+        time.sleep(2.5)
+        batchlog.vacuum(spark, str(out), older_than="3h", dry_run=False, quiet=True)
+        h = batchlog.SinkLog(spark, str(out)).history()
+    assert [o.arguments["olderThan"] for o in h.operations] == ["3h"]
+    assert h.operations_retention_ms == 2000
+    assert len(list((out / "_batchlog" / "_history").iterdir())) == 1
+    # the batches' history is the log's, untouched by the records' retention
+    assert [b.batch_id for b in h.batches] == list(range(BATCHES))
+
+
+def test_a_damaged_record_is_skipped_with_the_others_shown(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    _, out, _ = _build(spark, tmp_path)
+    batchlog.vacuum(spark, str(out), older_than="1h", dry_run=False, quiet=True)
+    (record,) = (out / "_batchlog" / "_history").iterdir()
+    damaged = record.with_name("_0000000000001-repair-damaged.json")
+    damaged.write_text('{"operation": "repair", "timeMs": ')
+    h = batchlog.SinkLog(spark, str(out)).history()
+    assert [o.operation for o in h.operations] == ["vacuum"]
+    assert damaged.exists()  # read-only: never removed by a read
+
+
+def test_sinks_written_before_history_show_their_batches_from_the_log(
+    spark: SparkSession,
+) -> None:
+    with gs.root_lock():
+        for name in ("plain", "mixed", "repaired", "retention", "downstream"):
+            root = gs.install(name)
+            outs = [p.parent for p in root.rglob("_spark_metadata") if p.is_dir()]
+            assert outs, name
+            for out in outs:
+                log = batchlog.SinkLog(spark, str(out))
+                h = log.history()
+                summary = log.inspect()
+                assert h.operations == [], name
+                assert [(b.batch_id, b.files, b.bytes) for b in h.batches] == [
+                    (b.batch_id, b.files, b.bytes) for b in summary.batches
+                ], name
+                assert h.untagged_files == summary.untagged_files, name
+                assert h.latest_batch == summary.latest_batch, name
+                entries = log.entries().collect()
+                for b in h.batches:
+                    times = [e.modificationTime for e in entries if e.batchId == b.batch_id]
+                    assert b.time_ms == max(times), (name, b)
+            gs.clean(name)
+
+
+def test_history_over_the_cli_in_its_own_process(spark: SparkSession, tmp_path: Path) -> None:
+    _, out, ck = _build(spark, tmp_path)
+    batchlog.rewind(spark, str(out), str(ck), 4, quiet=True)
+    done = run_cli("history", str(out), "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == batchlog.SinkLog(spark, str(out)).history().to_dict()
