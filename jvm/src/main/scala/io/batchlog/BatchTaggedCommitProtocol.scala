@@ -85,6 +85,7 @@ class BatchTaggedCommitProtocol(jobId: String, path: String)
 
   override def commitJob(jobContext: JobContext, taskCommits: Seq[TaskCommitMessage]): Unit = {
     require(sinkLog != null, "setupManifestOptions must be called before this function")
+    val startNs = System.nanoTime()
     val entries = taskCommits
       .flatMap(_.obj.asInstanceOf[Seq[SinkFileStatus]])
       .map(SinkLogEntry(_, batchId))
@@ -111,6 +112,7 @@ class BatchTaggedCommitProtocol(jobId: String, path: String)
       }
     if (added) {
       pendingCommitFiles.clear()
+      sinkLog.metrics.committed(batchId, (System.nanoTime() - startNs) / 1000000)
       logInfo(s"Committed batch $batchId (${entries.length} files)")
     } else refused(BatchLogException.raceCommittingBatch(batchId, sinkLog.metadataPath.toString))
   }

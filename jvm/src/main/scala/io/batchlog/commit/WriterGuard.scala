@@ -150,6 +150,7 @@ final class WriterGuard private (
     replaced = found.map(_.runId).filter(_ != runId)
     lastRefreshNanos = writeLease()
     lastOnTime = refreshes
+    taggedLog.metrics.leaseHeld(() => clock.elapsedMs(lastRefreshNanos))
     taggedLog.beforePublish = (file: Path) => requireLease(currentBatch)
     keeping = true
   }
@@ -274,12 +275,18 @@ final class WriterGuard private (
    * lease: this run then keeps the lease no longer, never writes it again, and leaves it at its end
    * (the new writer takes its lease back, as [[replaced]] says).
    */
+  /** The lease is lost for `why`: counted in the sink's metrics (`leaseRefreshFailures`). */
+  private def lostBecause(why: String): Option[String] = {
+    taggedLog.metrics.leaseRefreshFailed()
+    Some(why)
+  }
+
   private def refresh(): Unit = {
     val previous = lastRefreshNanos
     val limit = WriterLease.lateRefreshMs(timeoutMs)
     val before = clock.elapsedMs(previous)
     if (before > limit) {
-      lost = Some(
+      lost = lostBecause(
         s"its last successful refresh started ${before / 1000.0} s ago, more than the " +
           s"${limit / 1000.0} s a lease may go unrefreshed, so another writer may own it by now"
       )
@@ -288,7 +295,7 @@ final class WriterGuard private (
       val landed = clock.elapsedMs(previous)
       if (landed <= limit) { lastRefreshNanos = started; lastOnTime = refreshes }
       else {
-        lost = Some(
+        lost = lostBecause(
           s"a refresh of its lease ${WriterLease.path(meta)} landed ${landed / 1000.0} s after " +
             s"the previous one started, more than the ${limit / 1000.0} s a lease may go " +
             "unrefreshed: another writer may have taken the lease meanwhile"
@@ -322,6 +329,7 @@ final class WriterGuard private (
    */
   private def endRun(waitMs: Long): Unit = {
     ended = true // refused from now on, before its lease goes
+    if (keeping) taggedLog.metrics.leaseReleased()
     if (keeping && leaseLock.tryLock(waitMs, TimeUnit.MILLISECONDS)) {
       try
         if (WriterLease.read(fm, meta).exists(l => l.runId == runId && l.refreshes == lastOnTime)) {
@@ -397,7 +405,7 @@ final class WriterGuard private (
       }
     } catch {
       case e: Exception =>
-        lost = Some(s"a refresh of its lease ${WriterLease.path(meta)} failed: $e")
+        lost = lostBecause(s"a refresh of its lease ${WriterLease.path(meta)} failed: $e")
         logWarning(s"Could not refresh the writer lease of $sink", e)
     }
 
@@ -416,7 +424,7 @@ final class WriterGuard private (
   private def watch(queryThread: Thread, release: () => Unit): Unit = {
     // the lease is found lost: refreshing ends, and the query's next check fails it
     def lose(why: String): Unit = {
-      lost = Some(why)
+      lost = lostBecause(why)
       logWarning(s"The writer lease of $sink is lost: $why. ${WriterGuard.LostConsequence}")
     }
     val t = new Thread(s"batchlog-writer-lease-$runId") {

@@ -67,6 +67,9 @@ class BatchTaggedFileStreamSinkLog(
   /** The compact interval in force (derived from existing compact files, as Spark does). */
   def interval: Int = compactInterval
 
+  /** The sink's metrics in this JVM, in Spark's metrics system ([[SinkMetrics]]). */
+  lazy val metrics: SinkMetrics = SinkMetrics.of(metadataPath)
+
   def isCompactFile(logBatchId: Long): Boolean = isCompactionBatch(logBatchId, compactInterval)
 
   def logFilePath(logBatchId: Long): Path = batchIdToPath(logBatchId)
@@ -202,9 +205,11 @@ class BatchTaggedFileStreamSinkLog(
   private def publishBatchFile(batchId: Long, entries: Array[SinkLogEntry]): Boolean = {
     val bytes = new java.io.ByteArrayOutputStream()
     serialize(entries, bytes)
-    PublishOutcome.settle(batchIdToPath(batchId), batchId, statusOf, publishSent)(
+    val published = PublishOutcome.settle(batchIdToPath(batchId), batchId, statusOf, publishSent)(
       addNewBatchByStream(batchId)(bytes.writeTo)
     )(st => PublishOutcome.holdsBytes(fileManager, st.getPath, bytes.toByteArray))
+    if (published) metrics.batchFilePublished(bytes.size.toLong)
+    published
   }
 
   /**

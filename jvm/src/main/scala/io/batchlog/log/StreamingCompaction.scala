@@ -51,6 +51,7 @@ trait StreamingCompaction extends Logging { self: BatchTaggedFileStreamSinkLog =
           }
       }
     val ms = (System.nanoTime() - startNs) / 1000000
+    metrics.compactionTook(ms)
     if (ms >= COMPACT_LATENCY_WARN_THRESHOLD_MS) {
       logWarning(s"Compacting took $ms ms for compact batch $batchId")
     }
@@ -165,11 +166,13 @@ trait StreamingCompaction extends Logging { self: BatchTaggedFileStreamSinkLog =
     if (added) {
       val compactFile = batchIdToPath(batchId)
       statusOf(compactFile).foreach { st =>
+        val written = index.result(endOffset, st)
         CompactIndex.write(
           checkpointFileManager,
           CompactIndex.pathOf(compactFile),
-          blocks.toBytes(index.result(endOffset, st))
+          blocks.toBytes(written)
         )
+        metrics.compacted(written.entries, st.getLen)
       }
       if (index.dropped > 0) {
         logInfo(s"Retention dropped ${index.dropped} entries (batches up to " +

@@ -24,6 +24,7 @@ import io.batchlog.log.{
   LogLayout,
   LogTruncation,
   RewindIntent,
+  SinkMetrics,
   SinkRecord
 }
 
@@ -401,7 +402,10 @@ object Rewind {
     }
 
     /** The intent removed: the sink takes writes again. */
-    def done(): Unit = step("done")(RewindIntent.delete(sinkFm, plan.metadataPath))
+    def done(): Unit = {
+      step("done")(RewindIntent.delete(sinkFm, plan.metadataPath))
+      SinkMetrics.of(plan.metadataPath).rewound()
+    }
   }
 
   /**
