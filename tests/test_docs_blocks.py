@@ -101,6 +101,7 @@ SKIPPED = {
     "docs/user-guide/scala-java.md": 1,
     "docs/user-guide/cli.md": 1,
     "docs/user-guide/data-source.md": 1,
+    "docs/user-guide/metrics.md": 1,
     "docs/user-guide/rewind.md": 1,
     "docs/user-guide/without-spark.md": 1,
 }
