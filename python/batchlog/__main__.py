@@ -57,6 +57,15 @@ def cmd_history(spark: SparkSession, args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(spark: SparkSession, args: argparse.Namespace) -> int:
+    from batchlog import _report
+
+    log = batchlog.SinkLog(spark, args.path)
+    page = _report.write(log.history(), log.inspect(), args.html)
+    print(f"wrote {page} ({human_bytes(page.stat().st_size)})")
+    return 0
+
+
 def cmd_files(spark: SparkSession, args: argparse.Namespace) -> int:
     for path in batchlog.SinkLog(spark, args.path).files(args.batch):
         print(path)
@@ -253,6 +262,12 @@ def parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--json", action="store_true", help="the whole history as JSON")
     s.set_defaults(fn=cmd_history)
+    s = sub.add_parser(
+        "report", help="one self-contained HTML page: batches over time, operations, readers"
+    )
+    s.add_argument("path", help="the sink's output directory")
+    s.add_argument("--html", required=True, metavar="FILE", help="the page to write")
+    s.set_defaults(fn=cmd_report)
     s = sub.add_parser("files", help="the live files one batch wrote")
     s.add_argument("path", help="the sink's output directory")
     s.add_argument("--batch", type=int, required=True, help="micro-batch id")
