@@ -1,0 +1,142 @@
+"""``python -m batchlog report <sink> --html FILE``: the page of a real sink, rewound, vacuumed
+and run again, opened in a real headless browser (Debian's Chromium, installed by dev/setup): its
+DOM as rendered, and a screenshot whose pixels show the bars and the rewind's mark; and the page
+of a sink of 100,000 batches, grouped into 400 bars.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import struct
+import subprocess
+import zlib
+from pathlib import Path
+
+import rewind_support as rs
+from batchlog import _report
+from batchlog.reports import SinkBatch, SinkHistory, SinkOperation
+from pyspark.sql import SparkSession
+from rewind_support import _ids_confs, batchlog  # noqa: F401  (compact every 3 batches)
+from support import REPO, cli_here
+from test_history import BATCHES, _build
+
+CHROMIUM = shutil.which("chromium")
+#: Where the docs show the screenshot (written when BATCHLOG_DOCS_UPDATE=1).
+DOCS_SHOT = REPO / "docs" / "report.png"
+
+
+def _chromium(*args: str) -> subprocess.CompletedProcess[str]:
+    assert CHROMIUM, "Chromium is missing: dev/setup installs Debian's chromium"
+    cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", *args]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def _png_pixels(png: Path) -> tuple[int, int, set[tuple[int, int, int]]]:
+    """Width, height and the set of RGB colours of an 8-bit RGB(A) PNG (Chromium's)."""
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat, width = 8, b"", 0
+    height = depth = ctype = 0
+    while pos < len(data):
+        (n,) = struct.unpack(">I", data[pos : pos + 4])
+        kind, body = data[pos + 4 : pos + 8], data[pos + 8 : pos + 8 + n]
+        if kind == b"IHDR":
+            width, height, depth, ctype = struct.unpack(">IIBB", body[:10])
+        elif kind == b"IDAT":
+            idat += body
+        pos += 12 + n
+    assert depth == 8 and ctype in (2, 6), (depth, ctype)
+    bpp = 3 if ctype == 2 else 4
+    raw, stride = zlib.decompress(idat), width * bpp
+    prev, colours, i = bytearray(stride), set(), 0
+    for _ in range(height):
+        f, line = raw[i], bytearray(raw[i + 1 : i + 1 + stride])
+        i += 1 + stride
+        for x in range(stride):
+            a = line[x - bpp] if x >= bpp else 0
+            b, c = prev[x], prev[x - bpp] if x >= bpp else 0
+            if f == 1:
+                line[x] = (line[x] + a) & 255
+            elif f == 2:
+                line[x] = (line[x] + b) & 255
+            elif f == 3:
+                line[x] = (line[x] + (a + b) // 2) & 255
+            elif f == 4:
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                line[x] = (line[x] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+        colours.update(tuple(line[x : x + 3]) for x in range(0, stride, bpp))  # type: ignore[misc]
+        prev = line
+    return width, height, colours
+
+
+def test_the_report_of_a_rewound_sink_renders_in_chromium(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    inbox, out, ck = _build(spark, tmp_path)
+    batchlog.rewind(spark, str(out), str(ck), 3, quiet=True)
+    rs.run_ids_query(spark, inbox, out, ck, mult=2)
+    batchlog.vacuum(spark, str(out), older_than="0s", dry_run=False, quiet=True)
+    page = tmp_path / "report.html"
+    done = cli_here(spark, "report", str(out), "--html", str(page))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"wrote {page} (")
+
+    dom = _chromium("--dump-dom", page.as_uri()).stdout
+    assert f"<h1>{out}</h1>" in dom
+    assert len(re.findall(r'<rect class="bar"', dom)) == BATCHES  # one bar a batch
+    assert len(re.findall(r'class="mark compaction"', dom)) == 2  # 2.compact, 5.compact
+    assert len(re.findall(r'class="mark rewind"', dom)) == 1
+    assert len(re.findall(r'class="mark vacuum"', dom)) == 1
+    ops = re.findall(r'<tr class="op"><td>[^<]*</td><td>(\w+)</td><td>(\w+)</td>', dom)
+    assert ops == [("vacuum", "done"), ("rewind", "done")]  # newest first
+    assert 'id="readers">No registered readers.' in dom
+    assert "<script" not in dom and "http://" not in dom.replace("http://www.w3.org", "")
+
+    shot = tmp_path / "report.png"
+    _chromium("--screenshot=" + str(shot), "--window-size=1100,760", page.as_uri())
+    width, height, colours = _png_pixels(shot)
+    assert (width, height) == (1100, 760)
+    assert (0x4A, 0x7B, 0xD0) in colours, "no bar drawn"
+    assert (0xD0, 0x4A, 0x4A) in colours, "no rewind mark drawn"
+    if os.environ.get("BATCHLOG_DOCS_UPDATE") == "1":
+        shutil.copyfile(shot, DOCS_SHOT)
+
+
+def test_a_sink_of_100000_batches_is_drawn_as_400_bars() -> None:
+    n = 100_000
+    history = SinkHistory(
+        "/data/big",
+        n - 1,
+        0,
+        [SinkBatch(b, 2, 1000 + b % 7, 1_796_000_000_000 + b * 1000) for b in range(n)],
+        [],
+        [
+            SinkOperation(
+                "rewind",
+                1_796_000_000_000 + 50_000_000,
+                10,
+                "etl",
+                "edge",
+                "app-1",
+                "0.1.0",
+                {"toBatch": "50000"},
+                "done",
+                {"batches": 1},
+            )
+        ],
+        7_776_000_000,
+    )
+    bars = _report.bars(history)
+    assert len(bars) == _report.MAX_BARS
+    assert sum(b.files for b in bars) == 2 * n
+    assert sum(b.bytes for b in bars) == sum(1000 + b % 7 for b in range(n))
+    assert [(b.first, b.last) for b in bars[:2]] == [(0, 249), (250, 499)]
+    svg = _report._chart(history)
+    assert svg.count('<rect class="bar"') == _report.MAX_BARS
+    assert svg.count('class="mark rewind"') == 1
+    assert len(svg) < 100_000
