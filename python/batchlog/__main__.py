@@ -49,7 +49,7 @@ def cmd_inspect(spark: SparkSession, args: argparse.Namespace) -> int:
 
 
 def cmd_history(spark: SparkSession, args: argparse.Namespace) -> int:
-    h = batchlog.SinkLog(spark, args.path).history()
+    h = batchlog.SinkLog(spark, args.path).history(rows=args.rows)
     if args.json:
         print(json.dumps(h.to_dict(), indent=2))
     else:
@@ -61,7 +61,7 @@ def cmd_report(spark: SparkSession, args: argparse.Namespace) -> int:
     from batchlog import _report
 
     log = batchlog.SinkLog(spark, args.path)
-    page = _report.write(log.history(), log.inspect(), args.html)
+    page = _report.write(log.history(rows=not args.no_rows), log.inspect(), args.html)
     print(f"wrote {page} ({human_bytes(page.stat().st_size)})")
     return 0
 
@@ -261,12 +261,20 @@ def parser() -> argparse.ArgumentParser:
         "--limit", type=int, default=100, help="show the newest N events (default 100; 0: all)"
     )
     s.add_argument("--json", action="store_true", help="the whole history as JSON")
+    s.add_argument(
+        "--rows", action="store_true", help="count each batch's rows (Spark reads the live files)"
+    )
     s.set_defaults(fn=cmd_history)
     s = sub.add_parser(
         "report", help="one self-contained HTML page: batches over time, operations, readers"
     )
     s.add_argument("path", help="the sink's output directory")
     s.add_argument("--html", required=True, metavar="FILE", help="the page to write")
+    s.add_argument(
+        "--no-rows",
+        action="store_true",
+        help="do not count rows (for a sink in JSON, CSV or text, whose rows Spark reads whole)",
+    )
     s.set_defaults(fn=cmd_report)
     s = sub.add_parser("files", help="the live files one batch wrote")
     s.add_argument("path", help="the sink's output directory")

@@ -107,18 +107,21 @@ def history(h: SinkHistory, limit: int) -> None:
     """The sink's events by time, newest last: batches, compactions and operations; the newest
     ``limit`` of them (0: all)."""
     events: list[tuple[int, int, list[object]]] = []
+    with_rows = any(b.rows is not None for b in h.batches)
     for b in h.batches:
         row: list[object] = [_when(b.time_ms), "batch", b.batch_id, b.files, human_bytes(b.bytes)]
+        row += [b.rows if b.rows is not None else ""] if with_rows else []
         events.append((b.time_ms, 0, row + ["", ""]))
     for c in h.compactions:
         row = [_when(c.time_ms), "compaction", c.batch_id, "", human_bytes(c.bytes)]
-        events.append((c.time_ms, 1, row + ["", c.file]))
+        events.append((c.time_ms, 1, row + ([""] if with_rows else []) + ["", c.file]))
     for o in h.operations:
         args = " ".join(f"{k}={v}" for k, v in sorted(o.arguments.items()))
         changed = " ".join(f"{k}={v}" for k, v in sorted(o.changed.items()))
         detail = "; ".join(x for x in (o.outcome, args, changed) if x)
         who = f"{o.user}@{o.host}"
-        events.append((o.time_ms, 2, [_when(o.time_ms), o.operation, "", "", "", who, detail]))
+        row = [_when(o.time_ms), o.operation, "", "", "", *([""] if with_rows else [])]
+        events.append((o.time_ms, 2, row + [who, detail]))
     events.sort(key=lambda e: (e[0], e[1]))
     shown = events if limit <= 0 else events[-limit:]
     latest = h.latest_batch if h.latest_batch >= 0 else "(none)"
@@ -135,7 +138,8 @@ def history(h: SinkHistory, limit: int) -> None:
     print()
     if len(shown) < len(events):
         print(f"({len(events) - len(shown)} earlier events not shown; --limit 0 shows all)")
-    headers = ["time", "event", "batch", "files", "size", "by", "details"]
+    headers = ["time", "event", "batch", "files", "size"] + (["rows"] if with_rows else [])
+    headers += ["by", "details"]
     print(table(headers, [e[2] for e in shown]) if shown else "(nothing yet)")
 
 

@@ -33,6 +33,7 @@ class Bar:
     files: int
     bytes: int
     time_ms: int
+    rows: int | None
 
 
 def bars(history: SinkHistory, max_bars: int = MAX_BARS) -> list[Bar]:
@@ -47,15 +48,17 @@ def bars(history: SinkHistory, max_bars: int = MAX_BARS) -> list[Bar]:
         first = lo + (b.batch_id - lo) // per_bar * per_bar
         if out and out[-1].first == first:
             p = out[-1]
+            rows = None if p.rows is None or b.rows is None else p.rows + b.rows
             out[-1] = Bar(
                 first,
                 b.batch_id,
                 p.files + b.files,
                 p.bytes + b.bytes,
                 max(p.time_ms, b.time_ms),
+                rows,
             )
         else:
-            out.append(Bar(first, b.batch_id, b.files, b.bytes, b.time_ms))
+            out.append(Bar(first, b.batch_id, b.files, b.bytes, b.time_ms, b.rows))
     return out
 
 
@@ -134,10 +137,11 @@ def _chart(history: SinkHistory) -> str:
         h = b.bytes / top * plot_h
         w = max(1.0, (b.last - b.first + 1) / span * plot_w - 1)
         what = f"batch {b.first}" if b.first == b.last else f"batches {b.first}..{b.last}"
+        rows = "" if b.rows is None else f"{b.rows} rows, "
         parts.append(
             f'<rect class="bar" x="{x(b.first):.1f}" y="{TOP + plot_h - h:.1f}" width="{w:.1f}" '
-            f'height="{h:.1f}"><title>{_e(what)}: {b.files} files, {_e(human_bytes(b.bytes))}, '
-            f"{_e(_when(b.time_ms))}</title></rect>"
+            f'height="{h:.1f}"><title>{_e(what)}: {rows}{b.files} files, '
+            f"{_e(human_bytes(b.bytes))}, {_e(_when(b.time_ms))}</title></rect>"
         )
     for m in marks(history):
         if lo <= m.batch <= hi + 1:
@@ -169,10 +173,15 @@ def render(history: SinkHistory, summary: SinkSummary) -> str:
     h = summary.horizon
     latest_compact = summary.latest_compact or "(none yet)"
     live_files = sum(b.files for b in history.batches)
+    counted = [b.rows for b in history.batches if b.rows is not None]
+    rows = f"{sum(counted)} rows, " if counted and len(counted) == len(history.batches) else ""
     live_bytes = sum(b.bytes for b in history.batches)
     facts = [
         ("latest batch", history.latest_batch if history.latest_batch >= 0 else "(none)"),
-        ("live batches", f"{len(history.batches)} ({live_files} files, {human_bytes(live_bytes)})"),
+        (
+            "live batches",
+            f"{len(history.batches)} ({rows}{live_files} files, {human_bytes(live_bytes)})",
+        ),
         ("oldest live batch", history.batches[0].batch_id if history.batches else "(none)"),
         ("rewind horizon", f"batch {h.horizon}"),
         ("compaction", f"every {summary.compact_interval} batches; latest {latest_compact}"),

@@ -268,12 +268,13 @@ class SinkSummary(Report):
 @dataclasses.dataclass(frozen=True)
 class SinkBatch(Report):
     """A batch in a sink's history: the live files it wrote, their bytes, the newest one's time
-    (ms since the epoch)."""
+    (ms since the epoch) and, when asked for (``history(rows=True)``), their rows."""
 
     batch_id: int
     files: int
     bytes: int
     time_ms: int
+    rows: int | None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -106,14 +106,16 @@ class SinkLog:
             j = self._j.inspect() if checkpoint is None else self._j.inspect(checkpoint)
             return to_report(self._spark, SinkSummary, j)
 
-    def history(self) -> SinkHistory:
+    def history(self, rows: bool = False) -> SinkHistory:
         """What happened to the sink: its live batches (files, bytes, time), its live compactions
         and the maintenance operations run on it (who, when, arguments, what they changed).
 
         A sink written before batchlog kept history still shows its batches, from its log.
+        ``rows``: also each batch's rows, counted by Spark from its live files (Parquet and ORC
+        from their footers; other formats are read whole).
         """
         if self._remote:
-            sql = f"BATCHLOG HISTORY {_sql.literal(self.path)}"
+            sql = f"BATCHLOG HISTORY {_sql.literal(self.path)}" + (" WITH ROWS" if rows else "")
             return from_json(SinkHistory, _sql.statement(self._spark, sql))
         with jvm_errors():
-            return to_report(self._spark, SinkHistory, self._j.history())
+            return to_report(self._spark, SinkHistory, self._j.history(bool(rows)))

@@ -62,6 +62,25 @@ final class BatchLog private (spark: SparkSession, val path: String) {
    */
   def history(): SinkHistory = History.of(spark, path)
 
+  /**
+   * [[history]], with each batch's rows when `withRows`: counted by Spark from the live files, read
+   * through the `batchlog` data source (Parquet and ORC from their footers only; JSON, CSV and text
+   * are read whole). The log does not record rows, so this works on every sink, at a read's cost.
+   */
+  def history(withRows: Boolean): SinkHistory = {
+    val h = history()
+    if (!withRows || h.batches.isEmpty) h
+    else
+      BatchLogException.unchanged {
+        val all =
+          spark.read.format(BatchLogDataSource.Name).option(SourceOptions.WithBatchId, "true")
+            .load(path)
+        val counted = all.groupBy(SourceOptions.BatchIdColumn).count().collect()
+          .collect { case r if !r.isNullAt(0) => r.getLong(0) -> r.getLong(1) }.toMap
+        h.copy(batches = h.batches.map(b => b.copy(rows = Some(counted.getOrElse(b.batchId, 0L)))))
+      }
+  }
+
   /** The log checked against the output directory; changes nothing ([[Verify]]). */
   def verify(): VerifyReport = BatchLogException.unchanged(Verify.run(spark, path))
 

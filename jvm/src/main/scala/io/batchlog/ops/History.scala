@@ -58,7 +58,7 @@ object History {
       outputPath,
       reader.latestBatch(),
       untagged,
-      perBatch.toSeq.map { case (b, (n, bytes, t)) => SinkBatch(b, n, bytes, t) },
+      perBatch.toSeq.map { case (b, (n, bytes, t)) => SinkBatch(b, n, bytes, t, None) },
       compactions,
       operations,
       BatchLogConf.historyRetentionMs(spark)

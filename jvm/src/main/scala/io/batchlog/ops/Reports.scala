@@ -366,8 +366,17 @@ final case class VacuumReport(
     abortedUploads: Long
 )
 
-/** A batch in a sink's history: the live files it wrote, their bytes, the newest one's time. */
-final case class SinkBatch(batchId: Long, files: Long, bytes: Long, timeMs: Long)
+/**
+ * A batch in a sink's history: the live files it wrote, their bytes, the newest one's time, and
+ * (when asked for: they are counted from the data, `history(withRows = true)`) their rows.
+ */
+final case class SinkBatch(
+    batchId: Long,
+    files: Long,
+    bytes: Long,
+    timeMs: Long,
+    rows: Option[Long]
+)
 
 /** A compaction in a sink's history: its live compact file, the file's size and time. */
 final case class SinkCompaction(batchId: Long, file: String, bytes: Long, timeMs: Long)

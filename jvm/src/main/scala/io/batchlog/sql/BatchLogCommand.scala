@@ -47,7 +47,7 @@ final case class BatchLogCommand(statement: BatchLogStatement) extends LeafRunna
       case "vacuum" => act(st.olderThan.fold(sink.vacuum())(sink.vacuum().olderThan))
       case "verify" => sink.verify()
       case "inspect" => st.checkpoint.fold(sink.inspect())(sink.inspect)
-      case "history" => sink.history()
+      case "history" => sink.history(st.withRows)
     }
     val changesNothing = st.mode != Execute || Set("verify", "inspect", "history")(st.operation)
     Seq(Row(st.operation, st.sink, changesNothing, ReportJson.toJson(report)))

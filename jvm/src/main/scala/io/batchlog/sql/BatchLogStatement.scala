@@ -20,7 +20,7 @@ import io.batchlog.BatchLogException
  *   BATCHLOG VACUUM '/data/out' [OLDER THAN '1h'] [DRY RUN | PLAN]
  *   BATCHLOG VERIFY '/data/out'
  *   BATCHLOG INSPECT '/data/out' [CHECKPOINT '/chk/out']
- *   BATCHLOG HISTORY '/data/out'
+ *   BATCHLOG HISTORY '/data/out' [WITH ROWS]
  * }}}
  *
  * `DRY RUN` reports what the operation would do and changes nothing; `PLAN` returns the plan (what
@@ -37,7 +37,8 @@ final case class BatchLogStatement(
     olderThan: Option[String] = None,
     mode: BatchLogStatement.Mode = BatchLogStatement.Execute,
     cascade: Boolean = false,
-    downstream: Seq[String] = Nil
+    downstream: Seq[String] = Nil,
+    withRows: Boolean = false
 )
 
 object BatchLogStatement {
@@ -63,7 +64,7 @@ object BatchLogStatement {
     "VACUUM" -> Grammar(Set("OLDER"), Set()),
     "VERIFY" -> Grammar(Set(), Set(), modes = false),
     "INSPECT" -> Grammar(Set("CHECKPOINT"), Set(), modes = false),
-    "HISTORY" -> Grammar(Set(), Set(), modes = false)
+    "HISTORY" -> Grammar(Set("WITH"), Set(), modes = false)
   )
 
   sealed private trait Token
@@ -127,6 +128,7 @@ object BatchLogStatement {
         case "CHECKPOINT" => st.copy(checkpoint = Some(str("the checkpoint path")))
         case "TO" => word("BATCH"); st.copy(toBatch = Some(num("the batch")))
         case "FORCE" => st.copy(force = true)
+        case "WITH" => word("ROWS"); st.copy(withRows = true)
         case "CASCADE" => st.copy(cascade = true)
         case "DOWNSTREAM" => st.copy(downstream = st.downstream :+ str("the downstream"))
         case "COMPACT" =>
