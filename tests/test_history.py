@@ -115,6 +115,17 @@ def test_history_shows_batches_compactions_and_who_rewound_and_vacuumed(
         (i, i * (2 if i // 10 >= 3 else 1)) for b in range(6) for i in rs.ids_of_batch(b)
     )
 
+    # rows on request, counted by Spark from the live files: 5 a batch (its input file's)
+    assert [b.rows for b in log.history(rows=True).batches] == [5] * BATCHES
+    assert all(b.rows is None for b in h.batches)
+    with_rows = cli_here(spark, "history", str(out), "--rows").stdout.splitlines()
+    header = next(ln for ln in with_rows if ln.startswith("time"))
+    assert header.split() == ["time", "event", "batch", "files", "size", "rows", "by", "details"]
+    batch_rows = [ln.split() for ln in with_rows if ln[:4].isdigit() and ln.split()[3] == "batch"]
+    assert [r[8] for r in batch_rows] == [
+        "5"
+    ] * BATCHES  # date, time, UTC, batch, id, files, size (2), rows
+
     # the same history as a table, as JSON, and in SQL
     shown = cli_here(spark, "history", str(out))
     assert shown.returncode == 0, shown.stderr

@@ -89,6 +89,9 @@ def test_the_report_of_a_rewound_sink_renders_in_chromium(
     dom = _chromium("--dump-dom", page.as_uri()).stdout
     assert f"<h1>{out}</h1>" in dom
     assert len(re.findall(r'<rect class="bar"', dom)) == BATCHES  # one bar a batch
+    # each batch's rows, counted by Spark from its files: 5 rows, in 2 files (p = 0, 1)
+    assert re.findall(r"<title>batch 3: (\d+) rows, (\d+) files", dom) == [("5", "2")]
+    assert f"{BATCHES} ({5 * BATCHES} rows, {2 * BATCHES} files" in dom
     assert len(re.findall(r'class="mark compaction"', dom)) == 2  # 2.compact, 5.compact
     assert len(re.findall(r'class="mark rewind"', dom)) == 1
     assert len(re.findall(r'class="mark vacuum"', dom)) == 1
@@ -113,7 +116,7 @@ def test_a_sink_of_100000_batches_is_drawn_as_400_bars() -> None:
         "/data/big",
         n - 1,
         0,
-        [SinkBatch(b, 2, 1000 + b % 7, 1_796_000_000_000 + b * 1000) for b in range(n)],
+        [SinkBatch(b, 2, 1000 + b % 7, 1_796_000_000_000 + b * 1000, 3) for b in range(n)],
         [],
         [
             SinkOperation(
@@ -133,7 +136,7 @@ def test_a_sink_of_100000_batches_is_drawn_as_400_bars() -> None:
     )
     bars = _report.bars(history)
     assert len(bars) == _report.MAX_BARS
-    assert sum(b.files for b in bars) == 2 * n
+    assert sum(b.files for b in bars) == 2 * n and sum(b.rows or 0 for b in bars) == 3 * n
     assert sum(b.bytes for b in bars) == sum(1000 + b % 7 for b in range(n))
     assert [(b.first, b.last) for b in bars[:2]] == [(0, 249), (250, 499)]
     svg = _report._chart(history)
