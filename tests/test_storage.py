@@ -81,6 +81,15 @@ def test_sink_on_store_query_rewind_replay_vacuum_repair_adopt_cli(
         assert rows(spark, out) == expected(range(BATCHES))
         report = batchlog.verify(spark, out)
         assert report.healthy and not report.orphans, report
+        # the sink's metrics in this driver, as its writer left them
+        metrics = _metrics(spark, out)
+        compact = fs.read_bytes(f"{out}/_spark_metadata/5.compact")
+        assert metrics("latestBatch") == BATCHES - 1 and metrics("commits") == BATCHES
+        assert metrics("compactions") == 2 and metrics("compactEntries") == 12  # batches 0..5
+        assert metrics("compactBytes") == len(compact)
+        last = len(fs.read_bytes(f"{out}/_spark_metadata/6"))
+        assert metrics("logBytes") == len(compact) + last
+        assert metrics("leaseRefreshFailures") == 0
 
         # 2. rewind sink, checkpoint and state to 4 (a dry run first), and replay exactly once
         dry = batchlog.rewind(spark, out, chk, to_batch=REWIND_TO, dry_run=True, quiet=True)
@@ -99,6 +108,7 @@ def test_sink_on_store_query_rewind_replay_vacuum_repair_adopt_cli(
             b: written[b] for b in range(REWIND_TO)
         }
         assert {b: set(log.files(b)) for b in range(BATCHES)} == replayed
+        assert metrics("rewinds") == 1 and metrics("latestBatch") == BATCHES - 1
 
         # 3. vacuum deletes a leftover data file the log does not list, and nothing else
         src = sorted(replayed[2])[0]
@@ -116,6 +126,22 @@ def test_sink_on_store_query_rewind_replay_vacuum_repair_adopt_cli(
         assert batchlog.verify(spark, out).healthy
         assert {b: set(batchlog.SinkLog(spark, out).files(b)) for b in range(BATCHES)} == replayed
         assert rows(spark, out) == expected(range(BATCHES))
+
+        # the history on the store: the batches from the rebuilt log (rows counted from the
+        # files), and the three operations, whose records outlived the deleted _spark_metadata
+        history = batchlog.SinkLog(spark, out).history(rows=True)
+        assert [(b.batch_id, b.files, b.rows) for b in history.batches] == [
+            (b, 2, len(rows_of(b))) for b in range(BATCHES)
+        ]
+        assert [(o.operation, o.outcome) for o in history.operations] == [
+            ("rewind", "done"),
+            ("vacuum", "done"),
+            ("repair", "done"),
+        ]
+        assert history.operations[0].changed["dataFilesDeleted"] == 6
+        assert history.operations[1].changed["dataFilesDeleted"] == 1
+        assert history.operations[2].changed["logWritten"] == 1
+        assert len(fs.names(f"{out}/_batchlog/_history")) == 3
 
     # 5. adopt a sink plain Spark wrote on the store
     plain_out, plain_chk = f"{store}/plain-out", f"{store}/plain-chk"
@@ -146,6 +172,20 @@ def test_sink_on_store_query_rewind_replay_vacuum_repair_adopt_cli(
     for args in (("verify", out), ("inspect", out)):
         proc = cli_here(spark, *args)
         assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+
+
+def _metrics(spark: SparkSession, out: str) -> Any:
+    """``name -> value`` of the sink's metrics in this driver (``SinkMetrics``' registry)."""
+    jvm = spark._jvm
+    assert jvm is not None
+    meta = jvm.org.apache.hadoop.fs.Path(f"{out}/_spark_metadata")
+    registry = jvm.io.batchlog.log.SinkMetrics.of(meta).registry()
+
+    def value(name: str) -> int:
+        gauge = registry.getGauges().get(name)
+        return int(gauge.getValue() if gauge is not None else registry.counter(name).getCount())
+
+    return value
 
 
 class _WriteBytes:
