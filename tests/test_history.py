@@ -243,3 +243,53 @@ def test_history_over_the_cli_in_its_own_process(spark: SparkSession, tmp_path: 
     done = run_cli("history", str(out), "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == batchlog.SinkLog(spark, str(out)).history().to_dict()
+
+
+def test_a_takeover_and_an_adopt_are_recorded_with_what_they_changed(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    from reliability_support import (
+        SINK_CONFS,
+        await_query,
+        plain_read,
+        run_stream,
+        sql_conf,
+        start_stream,
+        write_input,
+    )
+
+    out = tmp_path / "out"
+    in_a, chk_a, in_b, chk_b = (tmp_path / n for n in ("in-a", "chk-a", "in-b", "chk-b"))
+    fed = write_input(in_a, 0, 3, 3)  # query A: batches 0..2
+    run_stream(spark, in_a, out, chk_a)
+    write_input(in_b, 10, 3, 3)  # query B's batches 0..2: the sink skips them
+    with pytest.raises(Exception, match="the sink is written by another query"):
+        run_stream(spark, in_b, out, chk_b)
+    batchlog.takeover(spark, str(out), str(chk_b))
+    (op,) = batchlog.SinkLog(spark, str(out)).history().operations
+    assert (op.operation, op.outcome) == ("takeover", "done")
+    assert op.arguments == {"checkpoint": str(chk_b), "force": "false"}
+    assert (op.changed["done"], op.changed["fromBatch"]) == (1, 3)
+    fed += write_input(in_b, 13, 2, 3)
+    run_stream(spark, in_b, out, chk_b)  # the new owner writes batches 3, 4
+    assert sorted(plain_read(out)["ids"]) == sorted(fed)
+    h = batchlog.SinkLog(spark, str(out)).history()
+    assert [b.batch_id for b in h.batches] == [0, 1, 2, 3, 4]
+    assert [o.operation for o in h.operations] == ["takeover"]
+
+    # a sink plain Spark wrote: adopt tags its entries, and says so in its history
+    plain, plain_chk, plain_in = tmp_path / "plain", tmp_path / "plain-chk", tmp_path / "in-p"
+    write_input(plain_in, 0, 4, 3)
+    vanilla = {**SINK_CONFS, "spark.sql.streaming.commitProtocolClass": rs.VANILLA_PROTOCOL}
+    with sql_conf(spark, **vanilla):
+        await_query(start_stream(spark, plain_in, plain, plain_chk, "part"), plain)
+    before = batchlog.SinkLog(spark, str(plain)).history()
+    assert before.operations == []
+    adopted = batchlog.adopt(spark, str(plain), quiet=True)
+    (op,) = batchlog.SinkLog(spark, str(plain)).history().operations
+    assert (op.operation, op.outcome, op.arguments) == ("adopt", "done", {"force": "false"})
+    assert op.changed == {
+        "entriesTagged": adopted.entries_tagged,
+        "entriesUntagged": adopted.entries_untagged,
+        "compactFilesRewritten": adopted.compact_files_rewritten,
+    }
