@@ -549,20 +549,22 @@ def test_a_late_lease_removal_by_another_driver_stops_its_next_batch_loudly(
 ) -> None:
     """Two drivers, one query (one checkpoint): driver A stops the query and lives on, while its
     removal of its lease hangs between the check (the lease is its own) and the delete. Driver B
-    (this test's session) restarts the query, waits until A's lease is stale, takes it and
-    commits batch 1. Then A's delete lands on B's lease: B stops at its next batch, loudly, and
-    commits nothing; its restart takes the lease again and goes on. Plain Spark reads batches 0
-    to 2, each once. (In one driver, a restart waits for the ended run's removal:
-    ``WriterFencingSuite``.)"""
+    (this test's session) restarts the query, takes A's lease over (its own query's lease: it does
+    not wait for it to go stale) and commits batch 1. Then A's delete lands on B's lease: B stops
+    at its next batch, loudly, and commits nothing; its restart takes the lease again and goes on.
+    Plain Spark reads batches 0 to 2, each once. (In one driver, a restart waits for the ended
+    run's removal: ``WriterFencingSuite``.)"""
     held = tmp_path / "release-the-delete"
     lease = tmp_path / "out" / "_batchlog" / LEASE
+    # A keeps its lease through its batch 0 on a loaded machine (LEASE_UNDER_LOAD); its length
+    # costs no time, as B takes it over at once. B refreshes every 5 s (a 20 s lease), and A's
+    # delete is released just after one of B's refreshes: it lands between two of them. Landing
+    # between B's check of its lease and that check's refresh, it would be undone by the refresh
+    # (no harm: B is still the only writer).
     timeouts = {
-        "spark.batchlog.writer.leaseTimeout": "4s",
+        "spark.batchlog.writer.leaseTimeout": LEASE_UNDER_LOAD,
         "spark.batchlog.writer.fenceWait": "60s",
     }
-    # B refreshes every 5 s (a 20 s lease), and A's delete is released just after one of B's
-    # refreshes: it lands between two of them. Landing between B's check of its lease and that
-    # check's refresh, it would be undone by the refresh (no harm: B is still the only writer).
     b_timeouts = {**timeouts, "spark.batchlog.writer.leaseTimeout": "20s"}
     fault = {
         **timeouts,
