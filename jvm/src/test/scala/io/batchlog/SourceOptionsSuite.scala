@@ -62,7 +62,9 @@ class SourceOptionsSuite extends AnyFunSuite {
         "BATCHLOG VERIFY /o" -> "unexpected character '/'",
         "BATCHLOG ADOPT '/o' DRY RUN DRY RUN" -> "DRY is given twice",
         "BATCHLOG ADOPT '/o' 7" -> "unexpected 7",
-        "BATCHLOG ADOPT '/o' TO BATCH 99999999999999999999" -> "is too large"
+        "BATCHLOG ADOPT '/o' TO BATCH 99999999999999999999" -> "is too large",
+        "BATCHLOG HISTORY '/o' WITH" -> "ROWS is missing",
+        "BATCHLOG INSPECT '/o' WITH ROWS" -> "INSPECT takes no WITH clause"
       )
     ) {
       val e = intercept[BatchLogException](BatchLogStatement.parse(sql))
@@ -71,7 +73,9 @@ class SourceOptionsSuite extends AnyFunSuite {
     }
     val e = intercept[BatchLogException](BatchLogStatement.parse("BATCHLOG VERIFY"))
     assert(
-      e.getMessage.contains("Write: BATCHLOG {ADOPT|INSPECT|REPAIR|REWIND|TAKEOVER|VACUUM|VERIFY}")
+      e.getMessage.contains(
+        "Write: BATCHLOG {ADOPT|HISTORY|INSPECT|REPAIR|REWIND|TAKEOVER|VACUUM|VERIFY}"
+      )
     )
   }
 }

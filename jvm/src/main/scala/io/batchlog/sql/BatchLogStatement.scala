@@ -88,7 +88,7 @@ object BatchLogStatement {
       s"$why. Write: ${Operations.keys.toSeq.sorted.mkString("BATCHLOG {", "|", "}")} " +
         "'<sink path>' [CHECKPOINT '<checkpoint>'] [TO BATCH <n>] [CASCADE] " +
         "[DOWNSTREAM '<sink>=<checkpoint>' ...] [FORCE] [COMPACT INTERVAL <n>] " +
-        "[OLDER THAN '<duration>'] [DRY RUN | PLAN]"
+        "[OLDER THAN '<duration>'] [WITH ROWS] [DRY RUN | PLAN]"
     )
     val it = tokens.iterator.buffered
     def next(what: String): Token = if (it.hasNext) it.next() else fail(s"$what is missing")
