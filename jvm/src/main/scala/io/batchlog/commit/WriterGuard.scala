@@ -265,6 +265,12 @@ final class WriterGuard private (
     started
   }
 
+  /** The lease is lost for `why`: counted in the sink's metrics (`leaseRefreshFailures`). */
+  private def lostBecause(why: String): Option[String] = {
+    taggedLog.metrics.leaseRefreshFailed()
+    Some(why)
+  }
+
   /**
    * One refresh by the watcher, counted only if it landed in time. A lease version stays live for
    * an observer until it has seen it unchanged for the whole timeout, so the next version must be
@@ -275,12 +281,6 @@ final class WriterGuard private (
    * lease: this run then keeps the lease no longer, never writes it again, and leaves it at its end
    * (the new writer takes its lease back, as [[replaced]] says).
    */
-  /** The lease is lost for `why`: counted in the sink's metrics (`leaseRefreshFailures`). */
-  private def lostBecause(why: String): Option[String] = {
-    taggedLog.metrics.leaseRefreshFailed()
-    Some(why)
-  }
-
   private def refresh(): Unit = {
     val previous = lastRefreshNanos
     val limit = WriterLease.lateRefreshMs(timeoutMs)
