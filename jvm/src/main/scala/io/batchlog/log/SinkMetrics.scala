@@ -74,6 +74,18 @@ final class SinkMetrics private (val sourceName: String) {
 
   /** A rewind of the sink finished in this JVM. */
   def rewound(): Unit = rewinds.inc()
+
+  /** The Spark (its `SparkEnv`) this source is registered with; None: not yet, or no Spark. */
+  @volatile private var registeredWith: Option[AnyRef] = None
+
+  /** Registers this source with the running Spark, unless it is registered with it already. */
+  private def registerWithSpark(): Unit = {
+    def current(env: Option[AnyRef]) = env.exists(e => registeredWith.exists(_ eq e))
+    val env = MetricsBridge.currentEnv
+    if (env.isDefined && !current(env)) synchronized {
+      if (!current(env)) registeredWith = MetricsBridge.register(sourceName, registry)
+    }
+  }
 }
 
 object SinkMetrics {
@@ -91,12 +103,10 @@ object SinkMetrics {
   val LeaseRefreshFailures = "leaseRefreshFailures"
   val Rewinds = "rewinds"
 
-  /** How many sinks a JVM keeps metrics for; past it a new sink's are kept but not reported. */
+  /** How many sinks a JVM keeps metrics for; past it a new sink's are neither kept nor reported. */
   val MaxSinks = 4096
 
-  final private case class Entry(metrics: SinkMetrics, registeredWith: Option[AnyRef])
-
-  private val bySink = new ConcurrentHashMap[String, Entry]()
+  private val bySink = new ConcurrentHashMap[String, SinkMetrics]()
 
   /**
    * The metrics of the sink whose log is `metadataPath`, registered with the running Spark's
@@ -104,22 +114,17 @@ object SinkMetrics {
    */
   def of(metadataPath: Path): SinkMetrics = {
     val key = metadataPath.toString
-    val env = MetricsBridge.currentEnv
     val found = bySink.get(key)
-    if (found != null && (env.isEmpty || found.registeredWith.exists(e => env.exists(_ eq e)))) {
-      found.metrics
-    } else
-      bySink.synchronized {
-        val again = bySink.get(key)
-        val metrics = Option(again).map(_.metrics).getOrElse(new SinkMetrics(uniqueName(key)))
-        val registered =
-          if (again != null && again.registeredWith.exists(e => env.exists(_ eq e))) {
-            again.registeredWith
-          } else if (bySink.size >= MaxSinks && again == null) None
-          else MetricsBridge.register(metrics.sourceName, metrics.registry)
-        if (again != null || bySink.size < MaxSinks) bySink.put(key, Entry(metrics, registered))
-        metrics
-      }
+    val kept =
+      if (found != null) Some(found)
+      else if (bySink.size >= MaxSinks) None
+      else
+        Some(bySink.synchronized {
+          val again = bySink.get(key)
+          if (again != null) again
+          else { val m = new SinkMetrics(uniqueName(key)); bySink.put(key, m); m }
+        })
+    kept.fold(new SinkMetrics(nameOf(metadataPath))) { m => m.registerWithSpark(); m }
   }
 
   /**
@@ -139,7 +144,7 @@ object SinkMetrics {
     val base = nameOf(new Path(key))
     var clash = false
     val it = bySink.values().iterator()
-    while (it.hasNext) if (it.next().metrics.sourceName == base) clash = true
+    while (it.hasNext) if (it.next().sourceName == base) clash = true
     if (!clash) base
     else s"${base}_${Integer.toHexString(key.hashCode)}"
   }
