@@ -2,7 +2,6 @@ package io.batchlog.api
 
 import scala.util.control.NonFatal
 
-import org.apache.hadoop.fs.Path
 import org.apache.hadoop.security.UserGroupInformation
 import org.apache.spark.internal.Logging
 import org.apache.spark.sql.SparkSession
@@ -53,11 +52,10 @@ private[api] object OperationHistory extends Logging {
         case e: BatchLogException => e.code
         case e => e.getClass.getSimpleName
       }
-      val meta = metadataPath(spark, sink)
-      val isSink = meta.exists { m =>
-        val fs = m.getFileSystem(spark.sessionState.newHadoopConf())
-        fs.exists(m) || fs.exists(OperationLog.dir(m).getParent)
-      }
+      val isSink = scala.util.Try(BatchTaggedFileStreamSinkLog.metadataPathIn(spark, sink)).toOption
+        .exists { case (fs, m) =>
+          fs.exists(m) || fs.exists(OperationLog.dir(m).getParent)
+        }
       if (isSink) {
         append(
           spark,
@@ -92,16 +90,9 @@ private[api] object OperationHistory extends Logging {
     )
   }
 
-  private def metadataPath(spark: SparkSession, sink: String): Option[Path] =
-    scala.util.Try {
-      val out = new Path(sink)
-      val fs = out.getFileSystem(spark.sessionState.newHadoopConf())
-      new Path(fs.makeQualified(out), BatchTaggedFileStreamSinkLog.MetadataDir)
-    }.toOption
-
   private def append(spark: SparkSession, sink: String, r: OperationRecord): Unit =
     try {
-      val meta = metadataPath(spark, sink).get
+      val (_, meta) = BatchTaggedFileStreamSinkLog.metadataPathIn(spark, sink)
       val fm = CheckpointFileManager.create(
         OperationLog.dir(meta),
         spark.sessionState.newHadoopConf()

@@ -4,7 +4,7 @@ import java.io.{InputStream, OutputStream}
 
 import scala.collection.mutable
 
-import org.apache.hadoop.fs.{FileStatus, Path}
+import org.apache.hadoop.fs.{FileStatus, FileSystem, Path}
 
 import org.apache.spark.sql.SparkSession
 import io.batchlog.shim.CheckpointFileManager
@@ -466,14 +466,22 @@ object BatchTaggedFileStreamSinkLog {
   /** Name of the metadata directory under a sink's output path (Spark's). */
   val MetadataDir = "_spark_metadata"
 
-  /** `<output>/_spark_metadata`, or a clear error if `outputPath` is not a file sink. */
-  def metadataPathOf(spark: SparkSession, outputPath: String): Path = {
+  /**
+   * `<output>/_spark_metadata`, qualified, with its file system; nothing is read, so it names the
+   * log of an output that has none (yet, or any more).
+   */
+  def metadataPathIn(spark: SparkSession, outputPath: String): (FileSystem, Path) = {
     if (outputPath == null || outputPath.isEmpty) {
       throw BatchLogException.invalidArgument("path", "''", "give the sink's output directory")
     }
     val out = new Path(outputPath)
     val fs = out.getFileSystem(spark.sessionState.newHadoopConf())
-    val meta = new Path(fs.makeQualified(out), BatchTaggedFileStreamSinkLog.MetadataDir)
+    (fs, new Path(fs.makeQualified(out), BatchTaggedFileStreamSinkLog.MetadataDir))
+  }
+
+  /** `<output>/_spark_metadata`, or a clear error if `outputPath` is not a file sink. */
+  def metadataPathOf(spark: SparkSession, outputPath: String): Path = {
+    val (fs, meta) = metadataPathIn(spark, outputPath)
     val isDir =
       try fs.getFileStatus(meta).isDirectory // one call: on S3 a HEAD and a 2-key LIST
       catch { case _: java.io.FileNotFoundException => false }
