@@ -87,6 +87,23 @@ object JsonRecordFile extends org.apache.spark.internal.Logging {
         None
     }
 
+  /**
+   * Publishes file `p` of a records' directory (`_batchlog/`, `_batchlog/_readers/`, ...), which
+   * the first record written creates: one request more only then, none on the ordinary path (an
+   * object store needs no directory at all).
+   */
+  def publishCreatingDir(fm: CheckpointFileManager, p: Path, overwrite: Boolean)(
+      fn: java.io.OutputStream => Unit
+  ): Unit =
+    try LogFiles.publish(fm, p, overwrite)(fn)
+    catch {
+      case e: java.io.IOException
+          if !e.isInstanceOf[org.apache.hadoop.fs.FileAlreadyExistsException] &&
+            !e.isInstanceOf[java.nio.file.FileAlreadyExistsException] && !fm.exists(p.getParent) =>
+        fm.mkdirs(p.getParent)
+        LogFiles.publish(fm, p, overwrite)(fn)
+    }
+
   /** True if `a` and `b` are statuses of the same version of a file, by their ETags. */
   def sameVersion(a: FileStatus, b: FileStatus): Boolean = (a, b) match {
     case (x: EtagSource, y: EtagSource) =>
@@ -174,21 +191,9 @@ class JsonRecordFile[T <: AnyRef: Manifest](val fileName: String) {
     }
   }
 
-  /**
-   * Publishes file `p` of the records' directory (`_batchlog/`), which the first record written
-   * creates: one request more only then, none on the ordinary path.
-   */
   protected def publishRecordFile(fm: CheckpointFileManager, p: Path, overwrite: Boolean)(
       fn: java.io.OutputStream => Unit
-  ): Unit =
-    try LogFiles.publish(fm, p, overwrite)(fn)
-    catch {
-      case e: java.io.IOException
-          if !e.isInstanceOf[org.apache.hadoop.fs.FileAlreadyExistsException] &&
-            !e.isInstanceOf[java.nio.file.FileAlreadyExistsException] && !fm.exists(p.getParent) =>
-        fm.mkdirs(p.getParent)
-        LogFiles.publish(fm, p, overwrite)(fn)
-    }
+  ): Unit = JsonRecordFile.publishCreatingDir(fm, p, overwrite)(fn)
 
   protected def bytes(record: T): Array[Byte] = Serialization.write(record).getBytes(UTF_8)
 

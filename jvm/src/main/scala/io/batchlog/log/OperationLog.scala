@@ -76,11 +76,9 @@ object OperationLog {
       record: OperationRecord,
       retentionMs: Long
   ): Path = {
-    val d = dir(metadataPath)
     val name = f"_${record.timeMs}%013d-${record.operation}-${java.util.UUID.randomUUID()}.json"
-    val p = new Path(d, name)
-    if (!fm.exists(d)) fm.mkdirs(d)
-    LogFiles.publish(fm, p, overwrite = false)(
+    val p = new Path(dir(metadataPath), name)
+    JsonRecordFile.publishCreatingDir(fm, p, overwrite = false)(
       _.write(Serialization.write(record).getBytes(UTF_8))
     )
     val cutoff = record.timeMs - retentionMs

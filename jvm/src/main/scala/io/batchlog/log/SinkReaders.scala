@@ -67,8 +67,9 @@ object SinkReaders {
   ): SinkReaderRecord = {
     val p = file(metadataPath, reader.queryId, reader.sourceIndex)
     val record = readFile(fm, p).fold(reader)(before => reader.copy(sinceMs = before.sinceMs))
-    if (!fm.exists(p.getParent)) fm.mkdirs(p.getParent)
-    LogFiles.publish(fm, p, overwrite = true)(_.write(Serialization.write(record).getBytes(UTF_8)))
+    JsonRecordFile.publishCreatingDir(fm, p, overwrite = true)(
+      _.write(Serialization.write(record).getBytes(UTF_8))
+    )
     record
   }
 
