@@ -6,6 +6,7 @@ of a sink of 100,000 batches, grouped into 400 bars.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shutil
@@ -139,6 +140,15 @@ def test_a_sink_of_100000_batches_is_drawn_as_400_bars() -> None:
     assert sum(b.files for b in bars) == 2 * n and sum(b.rows or 0 for b in bars) == 3 * n
     assert sum(b.bytes for b in bars) == sum(1000 + b % 7 for b in range(n))
     assert [(b.first, b.last) for b in bars[:2]] == [(0, 249), (250, 499)]
+    # an operation without a batch of its own is marked at the latest batch written before it
+    vacuum = SinkOperation(
+        "vacuum", 1_796_000_000_000 + 70_000_500, 5, "etl", "edge", "app-1", "0.1.0", {}, "done", {}
+    )
+    later = dataclasses.replace(history, operations=[*history.operations, vacuum])
+    assert [(m.kind, m.batch) for m in _report.marks(later)] == [
+        ("rewind", 50_000),
+        ("vacuum", 70_000),
+    ]
     svg = _report._chart(history)
     assert svg.count('<rect class="bar"') == _report.MAX_BARS
     assert svg.count('class="mark rewind"') == 1

@@ -6,6 +6,7 @@ import datetime
 from pathlib import Path
 
 from batchlog._cli_util import human_bytes, table
+from batchlog._cli_util import when as _when
 from batchlog.reports import (
     AdoptReport,
     CascadeHopSummary,
@@ -474,9 +475,3 @@ def vacuum_plan(r: VacuumReport, older_than: str, dry_run: bool) -> None:
             f"left alone      {r.other_file_count} files not named as data files, "
             f"{len(r.skipped_links)} symbolic links (never followed)"
         )
-
-
-def _when(epoch_ms: int) -> str:
-    """A time the store reported, in UTC, to the second."""
-    t = datetime.datetime.fromtimestamp(epoch_ms / 1000, tz=datetime.timezone.utc)
-    return t.strftime("%Y-%m-%d %H:%M:%S UTC")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Sequence
 from typing import Any
 
@@ -34,3 +35,9 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     out = [line(headers), line(["-" * w for w in widths])]
     out += [line(r) for r in cells]
     return "\n".join(out)
+
+
+def when(epoch_ms: int) -> str:
+    """A time (ms since the epoch) in UTC, to the second: ``2026-12-07 08:54:21 UTC``."""
+    t = datetime.datetime.fromtimestamp(epoch_ms / 1000, tz=datetime.timezone.utc)
+    return t.strftime("%Y-%m-%d %H:%M:%S UTC")

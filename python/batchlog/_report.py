@@ -10,12 +10,13 @@ network, readable in any browser and as a CI artifact.
 
 from __future__ import annotations
 
-import datetime
+import bisect
 import html
 from dataclasses import dataclass
 from pathlib import Path
 
 from batchlog._cli_util import human_bytes
+from batchlog._cli_util import when as _when
 from batchlog.reports import SinkHistory, SinkSummary
 
 #: The most bars the chart draws; batches are grouped into bars of equal width past it.
@@ -77,21 +78,23 @@ def marks(history: SinkHistory) -> list[Mark]:
         Mark(c.batch_id, "compaction", f"{c.file}, {human_bytes(c.bytes)}")
         for c in history.compactions
     ]
+    # the latest batch written by each time: batches by time, each with the highest id so far
+    by_time = sorted((b.time_ms, b.batch_id) for b in history.batches)
+    times = [t for t, _ in by_time]
+    latest_by: list[int] = []
+    for _, b in by_time:
+        latest_by.append(max(b, latest_by[-1]) if latest_by else b)
+    first = history.batches[0].batch_id if history.batches else 0
     for o in history.operations:
         if "toBatch" in o.arguments:
             at = int(o.arguments["toBatch"])
         else:
-            before = [b.batch_id for b in history.batches if b.time_ms <= o.time_ms]
-            at = before[-1] if before else (history.batches[0].batch_id if history.batches else 0)
+            n = bisect.bisect_right(times, o.time_ms)
+            at = latest_by[n - 1] if n else first
         who = f"{o.user}@{o.host}, {_when(o.time_ms)}"
         changed = ", ".join(f"{k} {v}" for k, v in sorted(o.changed.items()))
         found.append(Mark(at, o.operation, f"{o.operation} ({o.outcome}) by {who}; {changed}"))
     return found
-
-
-def _when(ms: int) -> str:
-    t = datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.timezone.utc)
-    return t.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _e(v: object) -> str:
