@@ -8,6 +8,7 @@ from __future__ import annotations
 import getpass
 import json
 import socket
+import subprocess
 import time
 from pathlib import Path
 
@@ -17,7 +18,7 @@ import rewind_support as rs
 from batchlog.reports import SinkHistory
 from pyspark.sql import SparkSession
 from rewind_support import _ids_confs, batchlog  # noqa: F401  (the ids sink's compact intervals)
-from support import cli_here, run_cli, session_conf
+from support import FAULT_MANAGER, cli_here, jars_with_testkit, run_cli, session_conf
 
 BATCHES = 6
 
@@ -293,3 +294,46 @@ def test_a_takeover_and_an_adopt_are_recorded_with_what_they_changed(
         "entriesUntagged": adopted.entries_untagged,
         "compactFilesRewritten": adopted.compact_files_rewritten,
     }
+
+
+def _vacuum_with_fault(out: Path, op: str, action: str) -> subprocess.CompletedProcess[str]:
+    """``vacuum --apply`` in a CLI process whose store fails (``fail``), or applies and then
+    fails (``lose``), the ``op`` calls on the sink's history records."""
+    confs = {
+        "spark.jars": jars_with_testkit(),
+        "spark.sql.streaming.checkpointFileManagerClass": FAULT_MANAGER,
+        "spark.batchlog.test.fault.op": op,
+        "spark.batchlog.test.fault.pathRegex": r"_batchlog/_history/",
+        "spark.batchlog.test.fault.action": action,
+    }
+    args = [f"--conf={k}={v}" for k, v in confs.items()]
+    return run_cli(*args, "vacuum", str(out), "--older-than", "0s", "--apply")
+
+
+def test_a_record_the_store_refuses_leaves_the_operation_done(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    inbox, out, _ = _build(spark, tmp_path)
+    before = _files_by_batch(out)
+    orphan = out / "p=0" / "part-00009-batch-2-00000000-0000-0000-0000-000000000000.c000.parquet"
+    orphan.write_bytes(next(iter(before[2])).read_bytes())
+
+    # the store fails every write of the record: the vacuum did its work and says so
+    done = _vacuum_with_fault(out, "createAtomic", "fail")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert not orphan.exists()
+    assert _files_by_batch(out) == before
+    assert batchlog.SinkLog(spark, str(out)).history().operations == []
+    assert not list((out / "_batchlog").glob("_history/*.json"))
+
+    # the store writes the record and loses its answer: the record is there once
+    orphan.write_bytes(next(iter(before[2])).read_bytes())
+    done = _vacuum_with_fault(out, "rename", "lose")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert not orphan.exists()
+    ops = batchlog.SinkLog(spark, str(out)).history().operations
+    assert [(o.operation, o.outcome, o.changed["dataFilesDeleted"]) for o in ops] == [
+        ("vacuum", "done", 1)
+    ]
+    got = sorted(r[0] for r in spark.read.parquet(str(out)).select("id").collect())
+    assert got == sorted(i for b in range(BATCHES) for i in rs.ids_of_batch(b))

@@ -108,6 +108,10 @@ def test_a_repair_halted_at_each_step_is_finished_by_the_next(
     kept = [b / "5.compact" for b in out.glob("_spark_metadata.broken-*")]
     assert any(f.exists() and f.read_bytes() == data[: len(data) // 2] for f in kept), kept
     assert plain_read(out)["rows"] == len(inp.all_ids())
+    # the killed repair left no history record (a record is written once an operation ended);
+    # the one that finished it, one
+    ops = batchlog.SinkLog(spark, str(out)).history().operations
+    assert [(o.operation, o.outcome) for o in ops] == [("repair", "done")]
 
     inp.add(8, 4)
     run_query(spark, inp, out, chk)
