@@ -62,6 +62,16 @@ VANILLA_FIELDS = [
     "action",
 ]
 TAGGED_FIELDS = VANILLA_FIELDS + ["batchId"]
+#: The first line of each batch batchlog commits also holds "commit" (its query, run, rows and
+#: write duration), just before "batchId" (docs/format.md).
+COMMITTED_FIELDS = VANILLA_FIELDS + ["commit", "batchId"]
+
+
+def is_tagged_line(e: dict[str, object]) -> bool:
+    """A batch-tagged line as batchlog writes it: Spark's fields in Spark's order, then ``commit``
+    on a batch's first line, then ``batchId``."""
+    return list(e) in (TAGGED_FIELDS, COMMITTED_FIELDS)
+
 
 INPUT_SCHEMA = "id LONG, country STRING, amount INT"
 COUNTRIES = ["de", "fr", "jp"]

@@ -16,6 +16,7 @@ import pytest
 from batchlog.reports import BatchFiles, HorizonReport, SinkSummary
 from conftest import (
     COMMIT_PROTOCOL_KEY,
+    COMMITTED_FIELDS,
     TAGGED_FIELDS,
     UUID_RE,
     assert_entry_matches_disk,
@@ -106,10 +107,26 @@ def test_log_lines_on_disk(sinks: dict[str, Sink], fmt: str) -> None:
     assert log_file_names(out) == ALL_LOG_NAMES
     by_batch = tagged_files_by_batch(out)
 
+    commits: dict[int, object] = {}
     for name in log_file_names(out):
         entries = read_log_file(meta / name)
-        for e in entries:
-            assert list(e) == TAGGED_FIELDS, e  # Spark's fields in Spark's order, batchId last
+        for i, e in enumerate(entries):
+            b = int(e["batchId"])  # type: ignore[call-overload]
+            # Spark's fields in Spark's order, batchId last; a batch's first line says what its
+            # commit knew: query, run, the rows its tasks wrote, how long its write took
+            first = i == 0 or entries[i - 1]["batchId"] != b
+            assert list(e) == (COMMITTED_FIELDS if first else TAGGED_FIELDS), e
+            if first:
+                commit = e["commit"]
+                assert commits.setdefault(b, commit) == commit, (name, e)  # compaction keeps it
+                assert isinstance(commit, dict) and list(commit) == [
+                    "queryId",
+                    "runId",
+                    "rows",
+                    "durationMs",
+                ], e
+                assert commit["rows"] == len(inputs(range(b, b + 1))[b]), e
+                assert 0 <= commit["durationMs"] < 300_000, e
             assert_entry_matches_disk(e)
             # the batch in the data file's name is the batch in the log line
             assert f"-batch-{e['batchId']}-" in str(e["path"]), e
@@ -125,6 +142,9 @@ def test_log_lines_on_disk(sinks: dict[str, Sink], fmt: str) -> None:
         else:
             assert [e["batchId"] for e in entries] == [n] * countries_of(n)
             assert {str(e["path"]) for e in entries} == by_batch[n]
+    # one query, one run wrote every batch
+    assert sorted(commits) == list(range(BATCHES))
+    assert len({(c["queryId"], c["runId"]) for c in commits.values()}) == 1  # type: ignore[index]
 
     # Compaction copies the previous compact file and the batch files since, line for line.
     def lines(name: str) -> list[str]:

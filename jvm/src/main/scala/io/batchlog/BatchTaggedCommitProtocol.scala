@@ -15,8 +15,8 @@ import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.execution.streaming.ManifestFileCommitProtocol
 import io.batchlog.shim.{FileStreamSinkLog, SinkFileStatus}
 
-import io.batchlog.commit.WriterGuard
-import io.batchlog.log.{BatchTaggedFileStreamSinkLog, DataFileNaming, SinkLogEntry}
+import io.batchlog.commit.{WriterGuard, WrittenRows}
+import io.batchlog.log.{BatchCommit, BatchTaggedFileStreamSinkLog, DataFileNaming, SinkLogEntry}
 
 /**
  * The file sink's commit protocol, committing each micro-batch through a
@@ -26,7 +26,8 @@ import io.batchlog.log.{BatchTaggedFileStreamSinkLog, DataFileNaming, SinkLogEnt
  * It must extend `ManifestFileCommitProtocol`: `FileStreamSink.addBatch` hands its log and the
  * batch id only to committers of that type. It then behaves like its parent, except that:
  *   - data files are named `part-<split>-batch-<batchId>-<uuid><ext>` ([[DataFileNaming]]);
- *   - `commitJob` writes the batch through the tagged log, every entry tagged with the batch;
+ *   - `commitJob` writes the batch through the tagged log, every entry tagged with the batch, the
+ *     first one with what the commit knows of itself ([[BatchCommit]]: query, run, rows, time);
  *   - the run must be the sink's one writer ([[WriterGuard]]): checked before the tasks run and
  *     again right before the batch is logged, so a rewind or a second query from another process
  *     makes this query fail before it commits, never after.
@@ -38,6 +39,7 @@ import io.batchlog.log.{BatchTaggedFileStreamSinkLog, DataFileNaming, SinkLogEnt
  */
 class BatchTaggedCommitProtocol(jobId: String, path: String)
     extends ManifestFileCommitProtocol(jobId, path) {
+  import BatchTaggedCommitProtocol._
 
   // Spark builds the committer on the driver for each batch: refuse a jar of another Spark line
   // here, before Spark's own log could take over (see BuildInfo).
@@ -57,9 +59,15 @@ class BatchTaggedCommitProtocol(jobId: String, path: String)
   @transient private var jobAborted = false
   @transient private var jobConf: Configuration = _
 
+  /** The batch's write (driver side): its session, start and SQL execution, for [[BatchCommit]]. */
+  @transient private var spark: SparkSession = _
+  @transient private var jobStartNs = 0L
+  @transient private var executionId: Option[String] = None
+
   override def setupManifestOptions(fileLog: FileStreamSinkLog, batchId: Long): Unit = {
     super.setupManifestOptions(fileLog, batchId)
     val spark = SparkSession.active
+    this.spark = spark
     this.guard =
       try WriterGuard.forSink(spark, fileLog, batchId)
       catch {
@@ -81,6 +89,9 @@ class BatchTaggedCommitProtocol(jobId: String, path: String)
       pendingCommitFiles = new ArrayBuffer[Path]
       jobAborted = false
     }
+    jobStartNs = System.nanoTime()
+    executionId = Option(spark.sparkContext.getLocalProperty(SqlExecutionIdKey))
+    executionId.foreach(WrittenRows.of(spark.sparkContext).watch)
   }
 
   override def commitJob(jobContext: JobContext, taskCommits: Seq[TaskCommitMessage]): Unit = {
@@ -90,6 +101,7 @@ class BatchTaggedCommitProtocol(jobId: String, path: String)
       .flatMap(_.obj.asInstanceOf[Seq[SinkFileStatus]])
       .map(SinkLogEntry(_, batchId))
       .toArray
+    if (entries.nonEmpty) entries(0) = entries(0).copy(commit = Some(commitOf(taskCommits.size)))
     // Until the batch's log file is published its files are in no log: on a failure abortJob
     // deletes them. Once it is published they are live: never delete them after. A publish that
     // failed was settled by the log reading the store back (PublishOutcome): adopted if the store
@@ -115,6 +127,23 @@ class BatchTaggedCommitProtocol(jobId: String, path: String)
       sinkLog.metrics.committed(batchId, (System.nanoTime() - startNs) / 1000000)
       logInfo(s"Committed batch $batchId (${entries.length} files)")
     } else refused(BatchLogException.raceCommittingBatch(batchId, sinkLog.metadataPath.toString))
+  }
+
+  /**
+   * What this commit knows of itself: the streaming query and run that write the batch, the rows
+   * its `numTasks` tasks wrote ([[WrittenRows]]) and the time since the write job started. Spark's
+   * query thread names both ids in its local properties on every line: the query id as its own
+   * property, the run id as the job group (which a UUID check tells from a group set otherwise).
+   */
+  private def commitOf(numTasks: Int): BatchCommit = {
+    val sc = spark.sparkContext
+    val queryId = Option(sc.getLocalProperty(QueryIdKey))
+    val runId = Option(sc.getLocalProperty(JobGroupKey)).filter(g =>
+      queryId.isDefined && scala.util.Try(java.util.UUID.fromString(g)).isSuccess
+    )
+    val rows = executionId.flatMap(WrittenRows.of(sc).rowsOf(_, numTasks, WrittenRows.waitMs))
+    if (rows.isEmpty) logInfo(s"The rows of batch $batchId are unknown: not recorded")
+    BatchCommit(queryId, runId, rows, Some((System.nanoTime() - jobStartNs) / 1000000L))
   }
 
   /**
@@ -144,6 +173,7 @@ class BatchTaggedCommitProtocol(jobId: String, path: String)
       if (pendingCommitFiles != null) pendingCommitFiles.clear()
       files
     }
+    if (spark != null) executionId.foreach(WrittenRows.of(spark.sparkContext).forget)
     val fenced = if (guard == null || guard.isEnded) None else guard.fencedError(batchId)
     try deleteFiles(pending, jobConf, s"aborted batch $batchId")
     finally if (guard != null) guard.abortRun()
@@ -299,4 +329,9 @@ object BatchTaggedCommitProtocol {
    * `stop()`): the deletes and the lease's removal take milliseconds, unless the store hangs.
    */
   @volatile private[batchlog] var abortGraceMs: Long = 10000L
+
+  /** Spark's local properties naming a batch's SQL execution, its streaming query and run. */
+  private val SqlExecutionIdKey = "spark.sql.execution.id"
+  private val QueryIdKey = "sql.streaming.queryId"
+  private val JobGroupKey = "spark.jobGroup.id"
 }

@@ -22,11 +22,11 @@ import org.apache.spark.internal.io.FileNameSpec
 import org.apache.spark.sql.expressions.UserDefinedFunction
 import io.batchlog.testshim.{intStream, MemoryStream}
 import org.scalatest.concurrent.Eventually.{eventually, timeout}
-import org.apache.spark.sql.functions.{col, input_file_name, udf}
+import org.apache.spark.sql.functions.{broadcast, col, input_file_name, udf}
 import org.apache.spark.sql.streaming.{StreamingQuery, StreamingQueryException}
 
 import io.batchlog.commit.WriterGuard
-import io.batchlog.log.DataFileNaming
+import io.batchlog.log.{DataFileNaming, LogFormat}
 import io.batchlog.shim.{FileStreamSinkLog, SinkFileStatus}
 
 /**
@@ -320,6 +320,16 @@ class CommitProtocolQuerySuite extends SparkSessionTestBase {
       if (!compact) assert(own === entries, s"batch file $b holds only batch $b")
       b.toLong -> own.map(_._1)
     }.toMap
+    // each batch's first line holds its commit: its query, its run, and its rows counted once
+    // (rowsOf: 7), whatever attempts its tasks took; no other line has one
+    ids.foreach { b =>
+      val f = new File(s.meta, if ((b + 1) % s.interval == 0) s"$b.compact" else b.toString)
+      val own = readLines(f).tail.map(LogFormat.decode).filter(_.batchId.contains(b.toLong))
+      val c = own.head.commit
+      assert(c.flatMap(_.rows) === Some(7L), s"batch $b's commit in $f: $c")
+      assert(c.exists(c => c.queryId.isDefined && c.runId.isDefined), s"batch $b: $c")
+      assert(own.tail.forall(_.commit.isEmpty), s"batch $b: one commit, on its first line")
+    }
     // a compact file holds exactly the entries of every batch up to it, each once
     ids.filter(b => (b + 1) % s.interval == 0).foreach { b =>
       val entries = taggedEntriesIn(new File(s.meta, s"$b.compact"))
@@ -401,6 +411,53 @@ class CommitProtocolQuerySuite extends SparkSessionTestBase {
         runBatch(s, q, 2)
       }
       checkSink(s, 2)
+    }
+  }
+
+  test("each commit names its query and run: a restart is a new run of the same query") {
+    withSink("parquet", partitioned = true, interval = 5) { s =>
+      def commitOf(b: Int) = readLines(new File(s.meta, b.toString)).tail.map(LogFormat.decode)
+        .head.commit.get
+      val (id, run1) = withQuery(s.start()) { q =>
+        (0 to 1).foreach(runBatch(s, q, _))
+        (q.id.toString, q.runId.toString)
+      }
+      val run2 = withQuery(s.start()) { q =>
+        runBatch(s, q, 2)
+        q.runId.toString
+      }
+      assert(run1 !== run2)
+      assert(Seq(0, 1, 2).map(commitOf).map(c => (c.queryId, c.runId, c.rows)) === Seq(
+        (Some(id), Some(run1), Some(7L)),
+        (Some(id), Some(run1), Some(7L)),
+        (Some(id), Some(run2), Some(7L))
+      ))
+    }
+  }
+
+  test("a batch's rows are its write job's, not those of a broadcast job of the same execution") {
+    withTempDir { root =>
+      val out = new File(root, "out")
+      val input = intStream(spark, 2)
+      // the static side is broadcast by a job of each batch's execution, with as many tasks (2)
+      // as the write: the rows must be the write's, 3 per input row that has a match
+      val static = spark.range(0, 30, 1, 2).select((col("id") % 10).as("k"), col("id").as("v"))
+      val joined = input.toDF().join(broadcast(static), col("value") === col("k"))
+      withQuery(
+        joined.writeStream.format("parquet")
+          .option("checkpointLocation", new File(root, "checkpoint").toString)
+          .start(out.toString)
+      ) { q =>
+        input.addData(1, 2, 3, 42)
+        q.processAllAvailable()
+        input.addData(5, 77)
+        q.processAllAvailable()
+      }
+      val meta = new File(out, "_spark_metadata")
+      def commitOf(b: Int) =
+        LogFormat.decode(readLines(new File(meta, b.toString)).tail.head).commit
+      assert(Seq(0, 1).map(commitOf(_).flatMap(_.rows)) === Seq(Some(9L), Some(3L)))
+      assert(spark.read.parquet(out.toString).count() === 12)
     }
   }
 

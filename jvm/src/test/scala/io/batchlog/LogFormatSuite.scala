@@ -6,7 +6,7 @@ import scala.jdk.CollectionConverters._
 
 import com.fasterxml.jackson.databind.ObjectMapper
 
-import io.batchlog.log.{LogFiles, LogFormat, SinkLogEntry}
+import io.batchlog.log.{BatchCommit, LogFiles, LogFormat, SinkLogEntry}
 
 /** The line format of a batch-tagged log: encoding, decoding, tags, and resolving a batch. */
 class LogFormatSuite extends SparkSessionTestBase {
@@ -222,6 +222,44 @@ class LogFormatSuite extends SparkSessionTestBase {
       assert(lines.tail.map(LogFormat.decode) === entries)
       assert(lines.tail.forall(l => !LogFormat.isTagged(l)))
     }
+  }
+
+  test("a batch's commit travels before batchId, each member optional, read leniently") {
+    val base = SinkLogEntry(awkwardPaths(6), 5L, isDir = false, 1L, 1, 2L, "add", Some(7L))
+    val full = BatchCommit(Some("q-\"1\""), Some("r1"), Some(5L), Some(812L))
+    for (
+      c <- Seq(full, BatchCommit(None, None, None, None), full.copy(rows = None, queryId = None))
+    ) {
+      val e = base.copy(commit = Some(c))
+      val line = LogFormat.encode(e)
+      assert(LogFormat.decode(line) === e)
+      assert(LogFormat.taggedBatch(line) === Some(7L), line) // batchId stays the last field
+      val node = mapper.readTree(line)
+      assert(node.fieldNames().asScala.toSeq === VanillaFields ++ Seq("commit", "batchId"))
+      // not canonical: compaction decodes and re-encodes it, which keeps the commit
+      assert(!LogFormat.isCanonical(line), line)
+      assert(LogFormat.encode(LogFormat.decode(line)) === line)
+    }
+    val line = LogFormat.encode(base.copy(commit = Some(full)))
+    // bit rot or another writer's idea of a member: the member is dropped, the entry is read
+    assert(
+      LogFormat.decode(line.replace("\"rows\":5", "\"rows\":\"five\"")).commit ===
+        Some(full.copy(rows = None))
+    )
+    assert(
+      LogFormat.decode(line.replace("\"durationMs\":812", "\"durationMs\":[1,{\"a\":2}]"))
+        .commit === Some(full.copy(durationMs = None))
+    )
+    assert(
+      LogFormat.decode(line.replace("\"rows\":5", "\"later\":{\"x\":[1]},\"rows\":5"))
+        .commit === Some(full)
+    )
+    assert(LogFormat.decode(LogFormat.encode(base).replace(
+      "\"batchId\"",
+      "\"commit\":[1,2],\"batchId\""
+    )) === base)
+    // the rest of the line must still be sound
+    intercept[IllegalArgumentException](LogFormat.decode(line.replace("\"size\":5,", "")))
   }
 
   test("isTagged only accepts a trailing integer batchId") {

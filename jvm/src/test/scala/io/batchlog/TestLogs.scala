@@ -119,12 +119,17 @@ object TestLogs extends Assertions {
 
   /**
    * Parses a raw log line with a plain JSON parser and checks its shape: exactly the 7 vanilla
-   * fields in Spark's order, then `batchId`. Returns (path, batchId, size).
+   * fields in Spark's order, then `commit` on a batch's first line, then `batchId`. Returns (path,
+   * batchId, size).
    */
   def parseTaggedLine(file: File, line: String): (String, Long, Long) = {
     val node = mapper.readTree(line)
     assert(node.isObject, s"$file: $line")
-    assert(node.fieldNames().asScala.toSeq === VanillaFields :+ "batchId", s"$file: $line")
+    val fields = node.fieldNames().asScala.toSeq
+    assert(
+      fields === VanillaFields :+ "batchId" || fields === VanillaFields ++ Seq("commit", "batchId"),
+      s"$file: $line"
+    )
     assert(node.get("batchId").isIntegralNumber, s"$file: $line")
     assert(node.get("action").asText === "add")
     assert(node.get("isDir").isBoolean)

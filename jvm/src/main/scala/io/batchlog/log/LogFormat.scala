@@ -30,6 +30,9 @@ object LogFormat {
   val Header = "v1"
   val BatchIdField = "batchId"
 
+  /** The field of a batch's first line holding its [[BatchCommit]]; just before `batchId`. */
+  val CommitField = "commit"
+
   /** The entry as a Spark schema (for reading log files with Spark's JSON reader). */
   val sparkSchema: StructType = StructType(Seq(
     StructField("path", StringType),
@@ -57,6 +60,14 @@ object LogFormat {
     g.writeNumberField("blockReplication", e.blockReplication)
     g.writeNumberField("blockSize", e.blockSize)
     g.writeStringField("action", e.action)
+    e.commit.foreach { c =>
+      g.writeObjectFieldStart(CommitField)
+      c.queryId.foreach(g.writeStringField("queryId", _))
+      c.runId.foreach(g.writeStringField("runId", _))
+      c.rows.foreach(g.writeNumberField("rows", _))
+      c.durationMs.foreach(g.writeNumberField("durationMs", _))
+      g.writeEndObject()
+    }
     e.batchId.foreach(id => g.writeNumberField(BatchIdField, id))
     g.writeEndObject()
     g.close()
@@ -74,6 +85,7 @@ object LogFormat {
     var blockReplication = Int.MinValue
     var action: String = null
     var batchId: Option[Long] = None
+    var commit: Option[BatchCommit] = None
     val p = json.createParser(line)
     try {
       if (p.nextToken() != JsonToken.START_OBJECT) fail("not a JSON object")
@@ -90,6 +102,7 @@ object LogFormat {
           case "action" => action = text(p, t, name)
           case BatchIdField =>
             batchId = if (t == JsonToken.VALUE_NULL) None else Some(long(p, t, name))
+          case CommitField => commit = commitOf(p, t)
           case _ => p.skipChildren()
         }
       }
@@ -107,8 +120,45 @@ object LogFormat {
     if (blockReplication == Int.MinValue) missing("blockReplication")
     if (blockSize == Long.MinValue) missing("blockSize")
     if (action == null) missing("action")
-    SinkLogEntry(path, size, isDir, modificationTime, blockReplication, blockSize, action, batchId)
+    SinkLogEntry(
+      path,
+      size,
+      isDir,
+      modificationTime,
+      blockReplication,
+      blockSize,
+      action,
+      batchId,
+      commit
+    )
   }
+
+  /**
+   * A `commit` object ([[BatchCommit]]), read leniently: it is what the commit said about itself,
+   * never what decides which files are live, so a member of another type, or an unknown one, is
+   * left out rather than failing the log (the line's checksum, in a compact file, is what catches
+   * damage). Anything but an object is no commit.
+   */
+  private def commitOf(p: JsonParser, t: JsonToken): Option[BatchCommit] =
+    if (t != JsonToken.START_OBJECT) { p.skipChildren(); None }
+    else {
+      var c = BatchCommit(None, None, None, None)
+      while (p.nextToken() == JsonToken.FIELD_NAME) {
+        val name = p.currentName()
+        val v = p.nextToken()
+        def str = if (v == JsonToken.VALUE_STRING) Some(p.getText) else None
+        def num = if (v == JsonToken.VALUE_NUMBER_INT) Some(p.getLongValue) else None
+        name match {
+          case "queryId" => c = c.copy(queryId = str)
+          case "runId" => c = c.copy(runId = str)
+          case "rows" => c = c.copy(rows = num)
+          case "durationMs" => c = c.copy(durationMs = num)
+          case _ =>
+        }
+        p.skipChildren()
+      }
+      Some(c)
+    }
 
   /**
    * The `batchId` of a line that ends with it (as [[encode]] writes it), read from the line's tail
