@@ -144,6 +144,8 @@ NORMALISE: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"(compaction +\d+ +)[\d.]+ K?i?B"), r"\1<size>"),
     (re.compile(r"is \d+ bytes, (its head|the index) says \d+"), r"is <n> bytes, \1 says <n>"),
     # a table's columns are as wide as its longest cell: a temporary path's length
+    (re.compile(r"(?<=  )\d+\.\d s(?=  )"), "<s> s"),  # history: how long a batch's write took
+    (re.compile(r"query [0-9a-f]{8}, run [0-9a-f]{8}"), "query <id>, run <id>"),
     (re.compile(r"-{3,}"), "---"),
     (re.compile(r" {2,}"), "  "),
 ]

@@ -17,6 +17,7 @@ import pytest
 import rewind_support as rs
 from batchlog.reports import SinkHistory
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 from rewind_support import _ids_confs, batchlog  # noqa: F401  (the ids sink's compact intervals)
 from support import FAULT_MANAGER, cli_here, jars_with_testkit, run_cli, session_conf
 
@@ -116,16 +117,36 @@ def test_history_shows_batches_compactions_and_who_rewound_and_vacuumed(
         (i, i * (2 if i // 10 >= 3 else 1)) for b in range(6) for i in rs.ids_of_batch(b)
     )
 
-    # rows on request, counted by Spark from the live files: 5 a batch (its input file's)
-    assert [b.rows for b in log.history(rows=True).batches] == [5] * BATCHES
-    assert all(b.rows is None for b in h.batches)
-    with_rows = cli_here(spark, "history", str(out), "--rows").stdout.splitlines()
-    header = next(ln for ln in with_rows if ln.startswith("time"))
-    assert header.split() == ["time", "event", "batch", "files", "size", "rows", "by", "details"]
-    batch_rows = [ln.split() for ln in with_rows if ln[:4].isdigit() and ln.split()[3] == "batch"]
-    assert [r[8] for r in batch_rows] == [
-        "5"
-    ] * BATCHES  # date, time, UTC, batch, id, files, size (2), rows
+    # each commit recorded its rows (5 a batch: its input file's), its query and its run: the
+    # first run wrote batches 0..2, the rewound batches 3..5 are the second run's
+    query_id = json.loads((ck / "metadata").read_text())["id"]
+    assert [b.rows for b in h.batches] == [5] * BATCHES
+    assert [b.query_id for b in h.batches] == [query_id] * BATCHES
+    runs = [b.run_id for b in h.batches]
+    assert len(set(runs[:3])) == 1 and len(set(runs[3:])) == 1 and runs[0] != runs[3]
+    assert all(b.duration_ms is not None and 0 <= b.duration_ms < 120_000 for b in h.batches)
+    # counting changes nothing where the commits recorded the rows
+    assert log.history(rows=True) == h
+    shown = cli_here(spark, "history", str(out)).stdout.splitlines()
+    header = next(ln for ln in shown if ln.startswith("time"))
+    assert header.split() == [
+        "time",
+        "event",
+        "batch",
+        "files",
+        "size",
+        "rows",
+        "took",
+        "by",
+        "details",
+    ]
+    batch_rows = [ln.split() for ln in shown if ln[:4].isdigit() and ln.split()[3] == "batch"]
+    # date, time, UTC, batch, id, files, size (2), rows, took (2), query (2), run (2)
+    assert [r[8] for r in batch_rows] == ["5"] * BATCHES
+    assert all(r[10] == "s" and float(r[9]) * 1000 < 120_000 for r in batch_rows)
+    assert [r[11:] for r in batch_rows] == [
+        ["query", query_id[:8] + ",", "run", run[:8]] for run in runs
+    ]
 
     # the same history as a table, as JSON, and in SQL
     shown = cli_here(spark, "history", str(out))
@@ -146,6 +167,9 @@ def test_history_shows_batches_compactions_and_who_rewound_and_vacuumed(
     rows = spark.sql(f"SELECT * FROM batchlog_history('{out}')").collect()
     assert [r.event for r in rows if r.event not in ("batch", "compaction")] == ["rewind", "vacuum"]
     assert sorted(r.batchId for r in rows if r.event == "batch") == list(range(BATCHES))
+    assert sorted(
+        (r.batchId, r.rows, r.durationMs, r.queryId, r.runId) for r in rows if r.event == "batch"
+    ) == [(b.batch_id, 5, b.duration_ms, query_id, b.run_id) for b in h.batches]
     sql_rewind = next(r for r in rows if r.event == "rewind")
     assert sql_rewind.user == getpass.getuser() and sql_rewind.outcome == "done"
     assert json.loads(sql_rewind.details) == {
@@ -235,6 +259,19 @@ def test_sinks_written_before_history_show_their_batches_from_the_log(
                 for b in h.batches:
                     times = [e.modificationTime for e in entries if e.batchId == b.batch_id]
                     assert b.time_ms == max(times), (name, b)
+                # written before commits recorded themselves: no rows, run or duration to show,
+                # and the rows are counted from the live files on request
+                assert all(
+                    (b.rows, b.duration_ms, b.query_id, b.run_id) == (None,) * 4 for b in h.batches
+                ), name
+                if name == "plain":  # counted against plain Spark's rows per file
+                    counted = log.history(rows=True).batches
+                    batch_of = {e.path: e.batchId for e in entries}
+                    per_file = spark.read.parquet(str(out)).groupBy(F.input_file_name()).count()
+                    plain: dict[int, int] = {}
+                    for f, n in per_file.collect():
+                        plain[batch_of[f]] = plain.get(batch_of[f], 0) + n
+                    assert sorted((b.batch_id, b.rows) for b in counted) == sorted(plain.items())
             gs.clean(name)
 
 

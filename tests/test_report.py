@@ -90,7 +90,7 @@ def test_the_report_of_a_rewound_sink_renders_in_chromium(
     dom = _chromium("--dump-dom", page.as_uri()).stdout
     assert f"<h1>{out}</h1>" in dom
     assert len(re.findall(r'<rect class="bar"', dom)) == BATCHES  # one bar a batch
-    # each batch's rows, counted by Spark from its files: 5 rows, in 2 files (p = 0, 1)
+    # each batch's rows, as its commit recorded them: 5 rows, in 2 files (p = 0, 1)
     assert re.findall(r"<title>batch 3: (\d+) rows, (\d+) files", dom) == [("5", "2")]
     assert f"{BATCHES} ({5 * BATCHES} rows, {2 * BATCHES} files" in dom
     assert len(re.findall(r'class="mark compaction"', dom)) == 2  # 2.compact, 5.compact
@@ -117,7 +117,10 @@ def test_a_sink_of_100000_batches_is_drawn_as_400_bars() -> None:
         "/data/big",
         n - 1,
         0,
-        [SinkBatch(b, 2, 1000 + b % 7, 1_796_000_000_000 + b * 1000, 3) for b in range(n)],
+        [
+            SinkBatch(b, 2, 1000 + b % 7, 1_796_000_000_000 + b * 1000, 3, None, None, None)
+            for b in range(n)
+        ],
         [],
         [
             SinkOperation(

@@ -262,7 +262,9 @@ def parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--json", action="store_true", help="the whole history as JSON")
     s.add_argument(
-        "--rows", action="store_true", help="count each batch's rows (Spark reads the live files)"
+        "--rows",
+        action="store_true",
+        help="also count the rows of batches whose commit did not record them (reads their files)",
     )
     s.set_defaults(fn=cmd_history)
     s = sub.add_parser(

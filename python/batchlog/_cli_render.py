@@ -109,19 +109,23 @@ def history(h: SinkHistory, limit: int) -> None:
     ``limit`` of them (0: all)."""
     events: list[tuple[int, int, list[object]]] = []
     with_rows = any(b.rows is not None for b in h.batches)
+    with_took = any(b.duration_ms is not None for b in h.batches)
+    blank = [""] * (with_rows + with_took)
     for b in h.batches:
         row: list[object] = [_when(b.time_ms), "batch", b.batch_id, b.files, human_bytes(b.bytes)]
         row += [b.rows if b.rows is not None else ""] if with_rows else []
-        events.append((b.time_ms, 0, row + ["", ""]))
+        row += [_seconds(b.duration_ms)] if with_took else []
+        ids = [f"{k} {v[:8]}" for k, v in (("query", b.query_id), ("run", b.run_id)) if v]
+        events.append((b.time_ms, 0, row + ["", ", ".join(ids)]))
     for c in h.compactions:
         row = [_when(c.time_ms), "compaction", c.batch_id, "", human_bytes(c.bytes)]
-        events.append((c.time_ms, 1, row + ([""] if with_rows else []) + ["", c.file]))
+        events.append((c.time_ms, 1, row + blank + ["", c.file]))
     for o in h.operations:
         args = " ".join(f"{k}={v}" for k, v in sorted(o.arguments.items()))
         changed = " ".join(f"{k}={v}" for k, v in sorted(o.changed.items()))
         detail = "; ".join(x for x in (o.outcome, args, changed) if x)
         who = f"{o.user}@{o.host}"
-        row = [_when(o.time_ms), o.operation, "", "", "", *([""] if with_rows else [])]
+        row = [_when(o.time_ms), o.operation, "", "", "", *blank]
         events.append((o.time_ms, 2, row + [who, detail]))
     events.sort(key=lambda e: (e[0], e[1]))
     shown = events if limit <= 0 else events[-limit:]
@@ -140,8 +144,12 @@ def history(h: SinkHistory, limit: int) -> None:
     if len(shown) < len(events):
         print(f"({len(events) - len(shown)} earlier events not shown; --limit 0 shows all)")
     headers = ["time", "event", "batch", "files", "size"] + (["rows"] if with_rows else [])
-    headers += ["by", "details"]
+    headers += (["took"] if with_took else []) + ["by", "details"]
     print(table(headers, [e[2] for e in shown]) if shown else "(nothing yet)")
+
+
+def _seconds(ms: int | None) -> str:
+    return "" if ms is None else f"{ms / 1000:.1f} s"
 
 
 def _count(n: int, one: str, many: str | None = None) -> str:

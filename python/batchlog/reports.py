@@ -268,13 +268,18 @@ class SinkSummary(Report):
 @dataclasses.dataclass(frozen=True)
 class SinkBatch(Report):
     """A batch in a sink's history: the live files it wrote, their bytes, the newest one's time
-    (ms since the epoch) and, when asked for (``history(rows=True)``), their rows."""
+    (ms since the epoch), and what its commit recorded: its rows, how long its write took, the
+    query and the run that wrote it. Each of those is ``None`` where its commit did not record it
+    (committed before batchlog recorded them); ``history(rows=True)`` then counts the rows."""
 
     batch_id: int
     files: int
     bytes: int
     time_ms: int
     rows: int | None
+    duration_ms: int | None
+    query_id: str | None
+    run_id: str | None
 
 
 @dataclasses.dataclass(frozen=True)

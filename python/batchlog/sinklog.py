@@ -107,12 +107,13 @@ class SinkLog:
             return to_report(self._spark, SinkSummary, j)
 
     def history(self, rows: bool = False) -> SinkHistory:
-        """What happened to the sink: its live batches (files, bytes, time), its live compactions
-        and the maintenance operations run on it (who, when, arguments, what they changed).
+        """What happened to the sink: its live batches (files, bytes, time, and what each commit
+        recorded: rows, duration, query and run), its live compactions and the maintenance
+        operations run on it (who, when, arguments, what they changed).
 
         A sink written before batchlog kept history still shows its batches, from its log.
-        ``rows``: also each batch's rows, counted by Spark from its live files (Parquet and ORC
-        from their footers; other formats are read whole).
+        ``rows``: also the rows of batches whose commit did not record them, counted by Spark from
+        their live files (Parquet and ORC from their footers; other formats are read whole).
         """
         if self._remote:
             sql = f"BATCHLOG HISTORY {_sql.literal(self.path)}" + (" WITH ROWS" if rows else "")

@@ -63,13 +63,15 @@ final class BatchLog private (spark: SparkSession, val path: String) {
   def history(): SinkHistory = History.of(spark, path)
 
   /**
-   * [[history]], with each batch's rows when `withRows`: counted by Spark from the live files, read
-   * through the `batchlog` data source (Parquet and ORC from their footers only; JSON, CSV and text
-   * are read whole). The log does not record rows, so this works on every sink, at a read's cost.
+   * [[history]], with the rows of every batch when `withRows`: a batch whose commit did not record
+   * them (committed before batchlog recorded rows, or its count lost) has them counted by Spark
+   * from its live files, read through the `batchlog` data source (Parquet and ORC from their
+   * footers only; JSON, CSV and text are read whole). So this works on every sink, at a read's cost
+   * only where the log does not know.
    */
   def history(withRows: Boolean): SinkHistory = {
     val h = history()
-    if (!withRows || h.batches.isEmpty) h
+    if (!withRows || h.batches.forall(_.rows.isDefined)) h
     else
       BatchLogException.unchanged {
         val all =
@@ -77,7 +79,11 @@ final class BatchLog private (spark: SparkSession, val path: String) {
             .load(path)
         val counted = all.groupBy(SourceOptions.BatchIdColumn).count().collect()
           .collect { case r if !r.isNullAt(0) => r.getLong(0) -> r.getLong(1) }.toMap
-        h.copy(batches = h.batches.map(b => b.copy(rows = Some(counted.getOrElse(b.batchId, 0L)))))
+        h.copy(batches =
+          h.batches.map(b =>
+            if (b.rows.isDefined) b else b.copy(rows = Some(counted.getOrElse(b.batchId, 0L)))
+          )
+        )
       }
   }
 

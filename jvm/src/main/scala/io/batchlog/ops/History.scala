@@ -15,21 +15,31 @@ import io.batchlog.log.{LogLayout, OperationLog}
  *
  * A batch's time is the newest modification time of the files it wrote: the log keeps that for
  * every entry, through every compaction, so the history of a batch lasts as long as the log holds
- * it (its retention). A batch whose files were all deleted by a later rewind is not a batch any
- * more; the rewind's record says what it removed.
+ * it (its retention). So does what its commit recorded ([[io.batchlog.log.BatchCommit]]: query,
+ * run, rows, duration), on its first line; a batch committed before that existed has none. A batch
+ * whose files were all deleted by a later rewind is not a batch any more; the rewind's record says
+ * what it removed.
  */
 object History {
 
   def of(spark: SparkSession, outputPath: String): SinkHistory = BatchLogException.unchanged {
     val reader = new SinkReader(spark, outputPath)
     val log = reader.log
-    val perBatch = mutable.TreeMap.empty[Long, (Long, Long, Long)]
+    val perBatch = mutable.TreeMap.empty[Long, SinkBatch]
     var untagged = 0L
     log.foreachLiveEntry { e =>
       e.batchId match {
         case Some(b) =>
-          val (n, bytes, t) = perBatch.getOrElse(b, (0L, 0L, 0L))
-          perBatch(b) = (n + 1, bytes + e.size, math.max(t, e.modificationTime))
+          val s = perBatch.getOrElse(b, SinkBatch(b, 0L, 0L, 0L, None, None, None, None))
+          perBatch(b) = e.commit.foldLeft(
+            s.copy(
+              files = s.files + 1,
+              bytes = s.bytes + e.size,
+              timeMs = math.max(s.timeMs, e.modificationTime)
+            )
+          )((s, c) =>
+            s.copy(rows = c.rows, durationMs = c.durationMs, queryId = c.queryId, runId = c.runId)
+          )
         case None => untagged += 1
       }
     }
@@ -58,7 +68,7 @@ object History {
       outputPath,
       reader.latestBatch(),
       untagged,
-      perBatch.toSeq.map { case (b, (n, bytes, t)) => SinkBatch(b, n, bytes, t, None) },
+      perBatch.values.toSeq,
       compactions,
       operations,
       BatchLogConf.historyRetentionMs(spark)

@@ -368,14 +368,20 @@ final case class VacuumReport(
 
 /**
  * A batch in a sink's history: the live files it wrote, their bytes, the newest one's time, and
- * (when asked for: they are counted from the data, `history(withRows = true)`) their rows.
+ * what its commit recorded ([[io.batchlog.log.BatchCommit]]): its rows, how long its write took,
+ * the query and the run that wrote it. Each of those is None where the commit did not record it (a
+ * batch committed before batchlog recorded it); `history(withRows = true)` then counts the rows
+ * from the data.
  */
 final case class SinkBatch(
     batchId: Long,
     files: Long,
     bytes: Long,
     timeMs: Long,
-    rows: Option[Long]
+    rows: Option[Long],
+    durationMs: Option[Long],
+    queryId: Option[String],
+    runId: Option[String]
 )
 
 /** A compaction in a sink's history: its live compact file, the file's size and time. */

@@ -91,7 +91,8 @@ object TableFunctions {
     Fn(
       "batchlog_history",
       "What happened to the sink, oldest first: each live batch, live compaction and operation " +
-        "(time, event, batchId, files, bytes, user, host, applicationId, outcome, details).",
+        "(time, event, batchId, files, bytes, rows, durationMs, queryId, runId, user, host, " +
+        "applicationId, outcome, details).",
       Seq("path"),
       { case Seq(path: String) =>
         rows(
@@ -101,6 +102,10 @@ object TableFunctions {
             BatchIdField,
             StructField("files", LongType, nullable = true),
             StructField("bytes", LongType, nullable = true),
+            StructField("rows", LongType, nullable = true),
+            StructField("durationMs", LongType, nullable = true),
+            StructField("queryId", StringType, nullable = true),
+            StructField("runId", StringType, nullable = true),
             StructField("user", StringType, nullable = true),
             StructField("host", StringType, nullable = true),
             StructField("applicationId", StringType, nullable = true),
@@ -124,21 +129,30 @@ object TableFunctions {
     )
   )
 
-  /** A sink's history as rows, one per event, by time (a batch before an operation of its time). */
+  /**
+   * A sink's history as rows, one per event, by time (a batch before an operation of its time). A
+   * batch's rows and commit are what its commit recorded (null: not recorded).
+   */
   private def historyRows(h: io.batchlog.ops.SinkHistory): Seq[Row] = {
     def ts(ms: Long) = new java.sql.Timestamp(ms)
+    def orNull[T](o: Option[T]): Any = o.getOrElse(null)
     val batches = h.batches.map(b =>
       (
         b.timeMs,
         0,
-        Row(ts(b.timeMs), "batch", b.batchId, b.files, b.bytes, null, null, null, null, null)
+        Row.fromSeq(
+          Seq(ts(b.timeMs), "batch", b.batchId, b.files, b.bytes) ++
+            Seq(b.rows, b.durationMs, b.queryId, b.runId).map(orNull) ++ Seq.fill(5)(null)
+        )
       )
     )
     val compactions = h.compactions.map(c =>
       (
         c.timeMs,
         1,
-        Row(ts(c.timeMs), "compaction", c.batchId, null, c.bytes, null, null, null, null, c.file)
+        Row.fromSeq(
+          Seq(ts(c.timeMs), "compaction", c.batchId, null, c.bytes) ++ Seq.fill(8)(null) :+ c.file
+        )
       )
     )
     val operations = h.operations.map { o =>
@@ -150,6 +164,10 @@ object TableFunctions {
         Row(
           ts(o.timeMs),
           o.operation,
+          null,
+          null,
+          null,
+          null,
           null,
           null,
           null,
