@@ -68,6 +68,9 @@ SINKS: dict[str, dict[str, Any]] = {
     # an upstream batchlog sink (0..6) and a downstream query reading it with the batchlog source
     # (it read 0..4; a restart reads 5 and 6)
     "downstream": {"format": "json", "out": "up/out", "chk": "up/chk", "rewind_to": 4},
+    # batchlog whose commits record themselves ("commit": query, run, rows, duration), two runs
+    # (0..3, then 4..6), compactions at 2 and 5, partitioned by country, parquet
+    "committed": {"format": "parquet", "out": "out", "chk": "chk", "rewind_to": 4},
 }
 
 #: The downstream query of the "downstream" sink: its checkpoint and output (relative).
@@ -175,6 +178,9 @@ def make(spark: SparkSession, name: str) -> None:
         _write(spark, root, range(2, 5), fmt, ours)
         _write(spark, root, range(5, 6), fmt, plain)
         _write(spark, root, range(6, 7), fmt, ours)
+    elif name == "committed":
+        _write(spark, root, range(4), fmt, ours)
+        _write(spark, root, range(4, 7), fmt, ours)
     elif name == "retention":
         _write(spark, root, range(7), fmt, {**ours, RETENTION_KEY: "2"})
     elif name == "repaired":
@@ -317,6 +323,10 @@ def answers(spark: SparkSession, name: str, plain: dict[str, Any]) -> dict[str, 
         "read_by_batch": {str(b): rows for b, rows in by_batch.items()},
         "read_all": everything,
         "plain_spark": plain,
+        "history": [
+            [b.batch_id, b.files, b.bytes, b.time_ms, b.rows, b.duration_ms, b.query_id, b.run_id]
+            for b in log.history().batches
+        ],
     }
     if name == "downstream":
         ran = run_downstream(spark, root)
