@@ -52,6 +52,36 @@ class SourceOptionsSuite extends AnyFunSuite {
     assert(!BatchLogStatement.isBatchLog("batchlogs"))
   }
 
+  test("SQL comments around and inside a BATCHLOG statement are skipped, as Spark's parser does") {
+    val p = BatchLogStatement.parse _
+    val verify = BatchLogStatement("verify", "/o")
+    for (
+      sql <- Seq(
+        "-- check the sink\nBATCHLOG VERIFY '/o'",
+        "/* nightly */ BATCHLOG VERIFY '/o';",
+        "\n  -- one\n  /* two\n lines */\n  BATCHLOG /* inline */ VERIFY -- to the end\n '/o'  ; -- done",
+        "BATCHLOG VERIFY '/o'--no newline after me",
+        "BATCHLOG VERIFY '/o';\n/* trailing */\n"
+      )
+    ) {
+      assert(BatchLogStatement.isBatchLog(sql), sql)
+      assert(p(sql) == verify, sql)
+    }
+    // a comment's markers inside a quoted path are the path's
+    assert(p("BATCHLOG VERIFY '/o/--x/*y*/'").sink == "/o/--x/*y*/")
+    assert(!BatchLogStatement.isBatchLog("-- BATCHLOG VERIFY '/o'\nSELECT 1"))
+    assert(!BatchLogStatement.isBatchLog("/* BATCHLOG */ SELECT 1"))
+    for (
+      (sql, why) <- Seq(
+        "BATCHLOG VERIFY '/o' /* never closed" -> "a comment opened with /* is not closed",
+        "BATCHLOG VERIFY '/o'; BATCHLOG VERIFY '/p'" -> "one statement at a time"
+      )
+    ) {
+      val e = intercept[BatchLogException](p(sql))
+      assert(e.getMessage.contains(why), s"$sql: ${e.getMessage}")
+    }
+  }
+
   test("a bad BATCHLOG statement names what is wrong and the statement's form") {
     for (
       (sql, why) <- Seq(

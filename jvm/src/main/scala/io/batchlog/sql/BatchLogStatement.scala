@@ -72,11 +72,38 @@ object BatchLogStatement {
   final private case class Str(value: String) extends Token
   final private case class Num(value: Long) extends Token
 
-  /** True if `sql` is a `BATCHLOG` statement (its first word), which [[parse]] then must parse. */
+  /**
+   * True if `sql` is a `BATCHLOG` statement (its first word, after any spaces and SQL comments, as
+   * a notebook cell or a script may start with), which [[parse]] then must parse.
+   */
   def isBatchLog(sql: String): Boolean = {
-    val s = sql.dropWhile(_.isWhitespace)
+    val s = sql.substring(math.max(0, skipBlank(sql, 0)))
     s.length >= Keyword.length && s.regionMatches(true, 0, Keyword, 0, Keyword.length) &&
     (s.length == Keyword.length || !Character.isJavaIdentifierPart(s.charAt(Keyword.length)))
+  }
+
+  /**
+   * The index of the first character at or after `from` that is neither a space nor inside an SQL
+   * comment (two dashes to the end of the line, or slash-star to star-slash); -1 if a block comment
+   * there is never closed. (Scaladoc cannot spell those markers: Scala nests block comments.)
+   */
+  private def skipBlank(s: String, from: Int): Int = {
+    var i = from
+    var moved = true
+    while (moved && i >= 0) {
+      moved = false
+      while (i < s.length && s.charAt(i).isWhitespace) { i += 1; moved = true }
+      if (s.startsWith("--", i)) {
+        val eol = s.indexOf('\n', i)
+        i = if (eol < 0) s.length else eol + 1
+        moved = true
+      } else if (s.startsWith("/*", i)) {
+        val end = s.indexOf("*/", i + 2)
+        i = if (end < 0) -1 else end + 2
+        moved = true
+      }
+    }
+    i
   }
 
   /** The statement `sql`, or an error naming what is wrong and the statement's form. */
@@ -154,17 +181,27 @@ object BatchLogStatement {
     case Num(n) => n.toString
   }
 
-  /** Words (upper-cased), quoted strings and whole numbers; a trailing `;` is dropped. */
+  /**
+   * Words (upper-cased), quoted strings and whole numbers; SQL comments are skipped, and a `;` ends
+   * the statement (only comments may follow it).
+   */
   private def tokenize(sql: String): Seq[Token] = {
     val out = mutable.ArrayBuffer.empty[Token]
-    val s = sql.trim.stripSuffix(";")
-    var i = 0
+    val s = sql
     def bad(why: String): Nothing =
       throw BatchLogException.invalidArgument("statement", sql.trim, why)
+    def blank(from: Int): Int = {
+      val j = skipBlank(s, from)
+      if (j < 0) bad("a comment opened with /* is not closed")
+      j
+    }
+    var i = blank(0)
     while (i < s.length) {
       val c = s.charAt(i)
-      if (c.isWhitespace) i += 1
-      else if (c == '\'' || c == '"') {
+      if (c == ';') {
+        if (blank(i + 1) < s.length) bad(s"text after the ';' at ${i + 1}: one statement at a time")
+        i = s.length
+      } else if (c == '\'' || c == '"') {
         val b = new StringBuilder
         i += 1
         while (i < s.length && s.charAt(i) != c) {
@@ -172,7 +209,7 @@ object BatchLogStatement {
           b += s.charAt(i); i += 1
         }
         if (i >= s.length) bad(s"a string opened with $c is not closed")
-        i += 1
+        i = blank(i + 1)
         out += Str(b.toString)
       } else if (c.isDigit) {
         val start = i
@@ -181,10 +218,12 @@ object BatchLogStatement {
           try s.substring(start, i).toLong
           catch { case _: NumberFormatException => bad(s"${s.substring(start, i)} is too large") }
         )
+        i = blank(i)
       } else if (Character.isJavaIdentifierStart(c)) {
         val start = i
         while (i < s.length && Character.isJavaIdentifierPart(s.charAt(i))) i += 1
         out += Word(s.substring(start, i).toUpperCase(Locale.ROOT))
+        i = blank(i)
       } else bad(s"unexpected character '$c' at ${i + 1}")
     }
     out.toSeq
