@@ -52,6 +52,12 @@ final case class OperationRecord(
  * time, so a listing is the history in order. A record older than the history's retention
  * (`spark.batchlog.history.retention`) is deleted when the next one is written: the directory stays
  * as small as the operations of that span, and nothing else removes a record.
+ *
+ * "Older" is measured by the store's clock, not the writer's: a record's age is its modification
+ * time, which the store sets, against the new record's. Writers' clocks may be minutes apart (or a
+ * host's clock years off): judged by its own clock, a writer running ahead would delete its peers'
+ * recent records. Names carry the writer's time, so records of writers with skewed clocks may list
+ * out of their true order, by that skew.
  */
 object OperationLog {
   implicit private val formats: Formats = DefaultFormats
@@ -68,7 +74,9 @@ object OperationLog {
 
   /**
    * Writes `record` (once: a fresh name) into the history of the sink whose log is `metadataPath`,
-   * then deletes the records older than `retentionMs` before it. Returns the record's path.
+   * then deletes the records older than `retentionMs` before it, by the store's clock. Records
+   * written meanwhile by other processes are each a name of their own: none is lost. Returns the
+   * record's path.
    */
   def append(
       fm: CheckpointFileManager,
@@ -81,9 +89,13 @@ object OperationLog {
     JsonRecordFile.publishCreatingDir(fm, p, overwrite = false)(
       _.write(Serialization.write(record).getBytes(UTF_8))
     )
-    val cutoff = record.timeMs - retentionMs
-    statuses(fm, metadataPath).filter(s => timeOfName(s.getPath.getName).exists(_ < cutoff))
-      .foreach(s => fm.delete(s.getPath))
+    val listed = statuses(fm, metadataPath)
+    // the new record's time by the store's clock; not listed yet (never on a consistent store):
+    // no retention this time
+    listed.find(_.getPath.getName == name).foreach { written =>
+      val cutoff = written.getModificationTime - retentionMs
+      listed.filter(_.getModificationTime < cutoff).foreach(s => fm.delete(s.getPath))
+    }
     p
   }
 
