@@ -210,6 +210,25 @@ def test_a_cascade_rewinds_every_hop_and_the_pipeline_comes_out_exact(
     for hop in ("bronze", "silver", "gold", "side"):
         assert not (p.path(hop) / "_batchlog" / "_batchlog-rewind.json").exists()
     assert not (p.path("bronze") / "_batchlog" / "_batchlog-cascade.json").exists()
+    # each hop's sink records the cascade once: what was asked (at the root), and what this hop
+    # lost and how far down the pipeline it is
+    for h, res in zip(done.hops, done.results):
+        assert h.sink is not None and res is not None and h.plan is not None
+        (op,) = batchlog.SinkLog(spark, h.sink).history().operations
+        assert (op.operation, op.outcome) == ("cascade", "done"), h.sink
+        assert op.arguments == {
+            "checkpoint": p.chk("bronze"),
+            "toBatch": str(K),
+            "force": "false",
+        }
+        assert op.changed == {
+            "batches": len(h.plan.affected_batches),
+            "dataFilesDeleted": res.data_files_deleted,
+            "dataBytesDeleted": res.data_bytes,
+            "depth": h.depth,
+            "toBatch": h.to_batch,
+        }, h.sink
+    assert sorted(h.depth for h in done.hops) == [0, 1, 1, 2]
 
     restart_all(spark, p, ["gold", "side", "silver", "bronze"])
     for hop in HOPS:
