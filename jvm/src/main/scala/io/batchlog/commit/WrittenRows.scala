@@ -46,7 +46,7 @@ final private[batchlog] class WrittenRows(sc: SparkContext) extends SparkListene
 
   def forget(executionId: String): Unit = synchronized {
     executions.remove(executionId)
-    resultStages.filterInPlace { case (_, (e, _)) => e != executionId }
+    resultStages --= resultStages.collect { case (stage, (e, _)) if e == executionId => stage }
   }
 
   /**
@@ -69,11 +69,12 @@ final private[batchlog] class WrittenRows(sc: SparkContext) extends SparkListene
       val written =
         if (seen < marker.id) None
         else
-          executions.get(executionId).flatMap(
-            _.filter { case (_, j) => j.ended && j.numTasks == numTasks }.maxByOption(_._1)
-          )
+          executions.get(executionId).map(_.filter { case (_, j) =>
+            j.ended && j.numTasks == numTasks
+          })
+            .filter(_.nonEmpty).map(_.maxBy(_._1)._2)
       forget(executionId)
-      written.map(_._2).filter(_.rows.size == numTasks).map(_.rows.values.sum)
+      written.filter(_.rows.size == numTasks).map(_.rows.values.sum)
     }
   }
 
