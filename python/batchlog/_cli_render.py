@@ -66,8 +66,22 @@ def inspect(info: SinkSummary) -> None:
         ):
             where += f", owner since {h.owner_since} (a takeover)"
     print(f"rewind horizon  batch {h.horizon} ({where})")
+    if info.retained_from > 0:
+        print(
+            f"retained from   batch {info.retained_from} (retention dropped entries of older "
+            "batches: spark.batchlog.retention.*)"
+        )
     if h.owner:
         print(f"written by      query {h.owner} (from batch {h.owner_since})")
+    lease = info.lease
+    if lease is None:
+        print("writing now     no query (no writer's lease)")
+    else:
+        print(
+            f"writing now     query {lease.query_id} (run {lease.run_id}, driver pid {lease.pid} "
+            f"on {lease.host}), at batch {lease.batch_id}; lease refreshed "
+            f"{_utc(lease.refreshed_at_ms)} by its clock"
+        )
     if h.checkpoint_query_id and h.owner and h.checkpoint_query_id != h.owner:
         print(
             f"WARNING         the checkpoint is query {h.checkpoint_query_id}'s, not the sink "

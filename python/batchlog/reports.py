@@ -245,8 +245,27 @@ class HorizonReport(Report):
 
 
 @dataclasses.dataclass(frozen=True)
+class LeaseHolder(Report):
+    """The writer's lease as ``inspect`` read it, once: the query, run and driver holding it, the
+    batch it was at and when it last refreshed it (ms, by the writer's own clock). One read cannot
+    tell a live writer from a killed one whose lease is not yet judged dead: that takes watching it
+    unchanged for ``timeout_ms``."""
+
+    query_id: str
+    run_id: str
+    host: str
+    pid: int
+    batch_id: int
+    refreshed_at_ms: int
+    timeout_ms: int
+
+
+@dataclasses.dataclass(frozen=True)
 class SinkSummary(Report):
-    """``inspect``: compaction state, log files, per-batch totals and the rewind horizon."""
+    """``inspect``: compaction state, log files, per-batch totals and the rewind horizon, the
+    sink's readers, the writer's lease (``None``: no query writes it) and ``retained_from``, the
+    retention watermark: the oldest batch the sink's log retention has not dropped entries of (0 if
+    it dropped none)."""
 
     output_path: str
     metadata_path: str
@@ -263,6 +282,8 @@ class SinkSummary(Report):
     log_publish: str
     compaction: str
     readers: list[SinkReaderInfo]
+    lease: LeaseHolder | None
+    retained_from: int
 
 
 @dataclasses.dataclass(frozen=True)

@@ -230,6 +230,16 @@ trait CompactIndexReads extends Logging { self: BatchTaggedFileStreamSinkLog =>
   def droppedMaxBatchOf(compactId: Long): Long = indexOfBlocks(compactId)(_ => Nil).droppedMaxBatch
 
   /**
+   * The sink's retention watermark: the oldest batch whose log entries the sink's retention has not
+   * dropped, one above the newest batch it dropped entries of, as the latest compact file's index
+   * records it (carried from compaction to compaction); 0 if it dropped none (or the index,
+   * rebuilt, does not tell).
+   */
+  def retainedFrom(): Long =
+    liveLogBatchIds().headOption.filter(isCompactFile).map(c => droppedMaxBatchOf(c) + 1)
+      .getOrElse(0L)
+
+  /**
    * False if compact file `compactId` has no untagged run (read from its index's head if it can).
    */
   def mayHaveUntagged(compactId: Long): Boolean =

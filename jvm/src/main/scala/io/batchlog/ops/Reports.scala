@@ -102,7 +102,11 @@ object Reports {
   val ListLimit = 1000
 }
 
-/** `inspect`: a sink's compaction state, log files, per-batch totals and rewind horizon. */
+/**
+ * `inspect`: a sink's compaction state, log files, per-batch totals and rewind horizon, its
+ * readers, the writer's lease, and its retention watermark (`retainedFrom`: the oldest batch the
+ * sink's log retention has not dropped entries of; 0 if it dropped none).
+ */
 final case class SinkSummary(
     outputPath: String,
     metadataPath: String,
@@ -118,7 +122,25 @@ final case class SinkSummary(
     horizon: HorizonReport,
     logPublish: String,
     compaction: String,
-    readers: Seq[SinkReaderInfo]
+    readers: Seq[SinkReaderInfo],
+    lease: Option[LeaseHolder],
+    retainedFrom: Long
+)
+
+/**
+ * The writer's lease as `inspect` read it, once (`io.batchlog.log.WriterLease`): the query, run and
+ * driver that hold it, the batch it was at and when it last refreshed it, by the writer's own
+ * clock. A single read cannot tell a live writer from a killed one whose lease is not yet judged
+ * dead (that takes watching it unchanged for `timeoutMs`); absent when no query writes the sink.
+ */
+final case class LeaseHolder(
+    queryId: String,
+    runId: String,
+    host: String,
+    pid: Long,
+    batchId: Long,
+    refreshedAtMs: Long,
+    timeoutMs: Long
 )
 
 /**

@@ -1,12 +1,14 @@
 package io.batchlog.ops
 
 import scala.collection.mutable
+import scala.util.control.NonFatal
 
 import org.apache.hadoop.fs.{FileStatus, Path}
 import org.apache.hadoop.io.{LongWritable, Text}
 import org.apache.hadoop.mapreduce.{Job, JobContext}
 import org.apache.hadoop.mapreduce.lib.input.{FileInputFormat, TextInputFormat}
 
+import org.apache.spark.internal.Logging
 import org.apache.spark.paths.SparkPath
 import org.apache.spark.rdd.RDD
 import org.apache.spark.sql.{Column, DataFrame, Encoders, Row, SparkSession}
@@ -23,7 +25,8 @@ import io.batchlog.log.{
   LogLayout,
   ObjectStoreCopy,
   SinkLogEntry,
-  SinkReaders
+  SinkReaders,
+  WriterLease
 }
 
 /**
@@ -169,9 +172,23 @@ class SinkReader(spark: SparkSession, outputPath: String) {
           log.checkpointFileManager,
           log.logFilePath(CompactibleFileStreamLog.nextCompactionBatchId(latest, interval))
         ),
-      readers()
+      readers(),
+      leaseHolder(),
+      log.retainedFrom()
     )
   }
+
+  /** The writer's lease, read once; None if there is none (or it cannot be read: a warning). */
+  private def leaseHolder(): Option[LeaseHolder] =
+    try
+      WriterLease.read(log.checkpointFileManager, metadataPath).map(l =>
+        LeaseHolder(l.queryId, l.runId, l.host, l.pid, l.batchId, l.refreshedAtMs, l.timeoutMs)
+      )
+    catch {
+      case NonFatal(e) =>
+        SinkReader.warn(s"The writer's lease of $outputPath cannot be read: ${e.getMessage}")
+        None
+    }
 
   /** The sink's registered readers, each marked stale if unseen longer than the setting. */
   private def readers(): Seq[SinkReaderInfo] = {
@@ -199,7 +216,9 @@ class SinkReader(spark: SparkSession, outputPath: String) {
   private def entryPath(e: SinkLogEntry): Path = SparkPath.fromUrlString(e.path).toPath
 }
 
-object SinkReader {
+object SinkReader extends Logging {
+
+  private def warn(message: String): Unit = logWarning(message)
 
   /**
    * The lines of the one file `file`, split like any text file. Not `sparkContext.textFile`: that

@@ -67,14 +67,8 @@ object SinkRelations {
       out.toSeq
     }
 
-    /**
-     * The oldest batch whose log entries the sink's retention has not dropped: one above the newest
-     * batch it dropped entries of, as the latest compact file's index records it (carried from
-     * compaction to compaction); 0 if it dropped none (or the index, rebuilt, does not tell).
-     */
-    def retainedFrom(): Long =
-      log.liveLogBatchIds().headOption.filter(log.isCompactFile)
-        .map(c => log.droppedMaxBatchOf(c) + 1).getOrElse(0L)
+    /** The sink's retention watermark ([[BatchTaggedFileStreamSinkLog.retainedFrom]]). */
+    def retainedFrom(): Long = log.retainedFrom()
 
     /** Some live file of the sink (to read a schema and format from), if it has any. */
     def sampleEntry(): Option[SinkLogEntry] = log.firstLiveEntry()
