@@ -15,6 +15,7 @@ import subprocess
 import zlib
 from pathlib import Path
 
+import golden_support as gs
 import rewind_support as rs
 from batchlog import _report
 from batchlog.reports import SinkBatch, SinkHistory, SinkOperation
@@ -99,6 +100,12 @@ def test_the_report_of_a_rewound_sink_renders_in_chromium(
     ops = re.findall(r'<tr class="op"><td>[^<]*</td><td>(\w+)</td><td>(\w+)</td>', dom)
     assert ops == [("vacuum", "done"), ("rewind", "done")]  # newest first
     assert 'id="readers">No registered readers.' in dom
+    horizon = batchlog.SinkLog(spark, str(out)).inspect().horizon.horizon
+    facts = dict(re.findall(r"<tr><th>([^<]+)</th><td>([^<]*)</td></tr>", dom))
+    assert facts["rewind horizon"] == f"batch {horizon}: the oldest batch a rewind reaches"
+    assert facts["retention watermark"] == "batch 0: retention dropped no entry"
+    assert facts["lease holder"] == "none: no query writes the sink"
+    assert facts["operations kept"] == "90 days (older records expire)"
     assert "<script" not in dom and "http://" not in dom.replace("http://www.w3.org", "")
 
     shot = tmp_path / "report.png"
@@ -109,6 +116,68 @@ def test_the_report_of_a_rewound_sink_renders_in_chromium(
     assert (0xD0, 0x4A, 0x4A) in colours, "no rewind mark drawn"
     if os.environ.get("BATCHLOG_DOCS_UPDATE") == "1":
         shutil.copyfile(shot, DOCS_SHOT)
+
+
+def test_the_report_names_the_query_holding_the_lease_as_it_writes(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Written while a query runs: the lease holder is that query's run; once it stops, none."""
+    inbox, out, ck = tmp_path / "in", tmp_path / "out", tmp_path / "ck"
+    inbox.mkdir()
+    (inbox / "0.json").write_text('{"id": 1, "p": 0}\n')
+    source = spark.readStream.schema("id long, p int").json(str(inbox))
+    q = source.writeStream.format("parquet").option("checkpointLocation", str(ck)).start(str(out))
+    page = tmp_path / "report.html"
+    try:
+        q.processAllAvailable()  # a batch committed: the run holds the sink's lease
+        done = cli_here(spark, "report", str(out), "--html", str(page))
+        assert done.returncode == 0, done.stderr
+        inspected = cli_here(spark, "inspect", str(out))
+        assert inspected.returncode == 0, inspected.stderr
+    finally:
+        q.stop()
+    facts = dict(re.findall(r"<tr><th>([^<]+)</th><td>([^<]*)</td></tr>", page.read_text()))
+    holder = facts["lease holder"]
+    jvm_pid = spark.sparkContext._jvm.ProcessHandle.current().pid()  # type: ignore[union-attr]
+    assert holder.startswith(f"query {q.id}, run {q.runId} (driver pid {jvm_pid} on "), holder
+    assert facts["owner on record"].startswith(f"query {q.id} since batch 0")
+    writing = [ln for ln in inspected.stdout.splitlines() if ln.startswith("writing now ")]
+    assert writing == [
+        f"writing now     query {q.id} (run {q.runId}, driver pid {jvm_pid} on "
+        + writing[0].split(" on ", 1)[1]
+    ]
+    assert ", at batch 0; lease refreshed " in writing[0] and writing[0].endswith(" by its clock")
+    done = cli_here(spark, "report", str(out), "--html", str(page))
+    assert done.returncode == 0, done.stderr
+    assert "<td>none: no query writes the sink</td>" in page.read_text()
+
+
+def test_the_retention_watermark_is_where_the_logs_retention_dropped_entries(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """The golden sink kept 2 batches (spark.batchlog.retention.batches=2) and compacted at 2 and
+    5: its log holds every entry from batch 4 on; the report and inspect both say so."""
+    with gs.root_lock():
+        root = gs.install("retention")
+        try:
+            out = root / gs.SINKS["retention"]["out"]
+            summary = batchlog.SinkLog(spark, str(out)).inspect()
+            page = tmp_path / "report.html"
+            done = cli_here(spark, "report", str(out), "--html", str(page))
+            assert done.returncode == 0, done.stderr
+            inspected = cli_here(spark, "inspect", str(out))
+            assert inspected.returncode == 0, inspected.stderr
+        finally:
+            gs.clean("retention")
+    assert summary.retained_from == 4
+    facts = dict(re.findall(r"<tr><th>([^<]+)</th><td>([^<]*)</td></tr>", page.read_text()))
+    assert facts["retention watermark"] == (
+        "batch 4: retention dropped entries of older batches (spark.batchlog.retention.*)"
+    )
+    assert (
+        "retained from   batch 4 (retention dropped entries of older batches: "
+        "spark.batchlog.retention.*)"
+    ) in inspected.stdout.splitlines()
 
 
 def test_a_sink_of_100000_batches_is_drawn_as_400_bars() -> None:

@@ -2,7 +2,8 @@
 
 Drawn from two reports the JVM already gives (``SinkLog.history()`` and ``inspect()``), so it holds
 no batchlog logic: each batch's bytes and files over the batches, compactions and operations
-marked on that line, the rewind horizon, the owner and the sink's readers. Batches are grouped
+marked on that line, the retention watermark, the rewind horizon, the owner on record, the lease
+holder (the query writing now) and the sink's readers. Batches are grouped
 into at most :data:`MAX_BARS` bars (a sink of 100,000 batches draws 400 bars, not 100,000), so
 the page stays small and is written in well under a second. Inline SVG and CSS: no script, no
 network, readable in any browser and as a CI artifact.
@@ -171,6 +172,32 @@ th { color: #555; font-weight: 600; } #operations td:first-child { white-space: 
 """
 
 
+def _days(ms: int) -> str:
+    days = ms / 86_400_000
+    return f"{days:g} days" if days >= 1 else f"{ms / 3_600_000:g} hours"
+
+
+def _retained(summary: SinkSummary) -> str:
+    """The retention watermark: from which batch the log holds every entry."""
+    if summary.retained_from == 0:
+        return "batch 0: retention dropped no entry"
+    return (
+        f"batch {summary.retained_from}: retention dropped entries of older batches "
+        "(spark.batchlog.retention.*)"
+    )
+
+
+def _lease(summary: SinkSummary) -> str:
+    """Who holds the writer's lease as the page is written: the query writing the sink now."""
+    lease = summary.lease
+    if lease is None:
+        return "none: no query writes the sink"
+    return (
+        f"query {lease.query_id}, run {lease.run_id} (driver pid {lease.pid} on {lease.host}), "
+        f"at batch {lease.batch_id}; refreshed {_when(lease.refreshed_at_ms)} by its clock"
+    )
+
+
 def render(history: SinkHistory, summary: SinkSummary) -> str:
     """The page for a sink, from its history and its ``inspect`` summary."""
     h = summary.horizon
@@ -186,13 +213,16 @@ def render(history: SinkHistory, summary: SinkSummary) -> str:
             f"{len(history.batches)} ({rows}{live_files} files, {human_bytes(live_bytes)})",
         ),
         ("oldest live batch", history.batches[0].batch_id if history.batches else "(none)"),
-        ("rewind horizon", f"batch {h.horizon}"),
+        ("retention watermark", _retained(summary)),
+        ("rewind horizon", f"batch {h.horizon}: the oldest batch a rewind reaches"),
         ("compaction", f"every {summary.compact_interval} batches; latest {latest_compact}"),
         ("log", f"{summary.log_files} files, {human_bytes(summary.log_bytes)}"),
         (
-            "owner (writer)",
+            "owner on record",
             f"query {h.owner} since batch {h.owner_since}" if h.owner else "(none on record)",
         ),
+        ("lease holder", _lease(summary)),
+        ("operations kept", f"{_days(history.operations_retention_ms)} (older records expire)"),
     ]
     rows = "\n".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in facts)
     ops = "\n".join(
