@@ -25,7 +25,7 @@ import org.scalatest.concurrent.Eventually.{eventually, timeout}
 import org.apache.spark.sql.functions.{broadcast, col, input_file_name, udf}
 import org.apache.spark.sql.streaming.{StreamingQuery, StreamingQueryException}
 
-import io.batchlog.commit.WriterGuard
+import io.batchlog.commit.{WriterGuard, WrittenRows}
 import io.batchlog.log.{DataFileNaming, LogFormat}
 import io.batchlog.shim.{FileStreamSinkLog, SinkFileStatus}
 
@@ -458,6 +458,50 @@ class CommitProtocolQuerySuite extends SparkSessionTestBase {
         LogFormat.decode(readLines(new File(meta, b.toString)).tail.head).commit
       assert(Seq(0, 1).map(commitOf(_).flatMap(_.rows)) === Seq(Some(9L), Some(3L)))
       assert(spark.read.parquet(out.toString).count() === 12)
+    }
+  }
+
+  test(
+    "a listener bus far behind: the batch commits within the wait, its rows unknown, not wrong"
+  ) {
+    // Another listener of the shared queue stalls 3 s on batch 1's first task end: batchlog's
+    // listener is behind the bus when that batch commits, so it waits (0.5 s here) and records no
+    // rows. Batch 2 commits after the bus caught up (batch 1's late marker included): rows again.
+    val stall = new java.util.concurrent.atomic.AtomicBoolean(false)
+    val caughtUp = new CountDownLatch(1)
+    val staller = new SparkListener {
+      override def onTaskEnd(e: SparkListenerTaskEnd): Unit =
+        if (stall.compareAndSet(true, false)) { Thread.sleep(3000); caughtUp.countDown() }
+    }
+    val before = WrittenRows.waitMs
+    WrittenRows.waitMs = 500
+    spark.sparkContext.addSparkListener(staller)
+    try
+      withSink("parquet", partitioned = false, interval = 5) { s =>
+        def commitOf(b: Int) = LogFormat.decode(readLines(new File(s.meta, b.toString)).tail.head)
+          .commit.get
+        withQuery(s.start()) { q =>
+          runBatch(s, q, 0)
+          stall.set(true)
+          val started = System.nanoTime()
+          runBatch(s, q, 1)
+          assert(stall.get === false, "the stall never happened")
+          assert(caughtUp.await(1, TimeUnit.MINUTES))
+          runBatch(s, q, 2)
+          val (id, run) = (q.id.toString, q.runId.toString)
+          assert(Seq(0, 1, 2).map(commitOf).map(c => (c.queryId, c.runId, c.rows)) === Seq(
+            (Some(id), Some(run), Some(7L)),
+            (Some(id), Some(run), None),
+            (Some(id), Some(run), Some(7L))
+          ))
+          assert(commitOf(1).durationMs.exists(_ >= 500), commitOf(1))
+          assert((System.nanoTime() - started) / 1000000L < 60000)
+        }
+        assert(spark.read.parquet(s.out.toString).count() === 21)
+      }
+    finally {
+      spark.sparkContext.removeSparkListener(staller)
+      WrittenRows.waitMs = before
     }
   }
 
