@@ -4,7 +4,8 @@ One character of an entry of the live ``5.compact`` changes (a uuid digit of its
 its size or of its modification time), the file keeps its length and modification time and its
 JSON stays valid. ``verify`` names the damage (file, batch, bytes); the query's next batch, a
 compaction, fails with ``CORRUPT_LOG`` and publishes nothing; ``repair`` restores exactly the
-damaged batch's entries (from its batch file, or from the data files when the batch file is gone);
+damaged batch's entries (from its batch file, or from the data files when the batch file is gone:
+all but the batch's commit record, which no data file holds);
 the query restarts and continues through another compaction, and plain Spark reads every row
 exactly once. Real Spark, real files; one pristine sink per module, restored per case.
 """
@@ -157,8 +158,15 @@ def test_bit_rot_is_refused_and_repaired(
             (DAMAGED, count, source)
         ]
         assert done.written is False and done.moved_aside is None, done
-    # Exactly the entries as the query logged them: the compact file's bytes as written.
-    assert (meta / "5.compact").read_bytes() == original
+    # Exactly the entries as the query logged them: the compact file's bytes as written. From the
+    # data files, all but the batch's commit record (its first line's "commit": query, run, rows,
+    # duration): no file holds it, and the damaged line is the one thing not to trust.
+    expected, dropped = (original, 0)
+    if not batch_file_kept:
+        commit = rb'"commit":\{[^{}]*\},(?="batchId":%d\}\n)' % DAMAGED
+        expected, dropped = re.subn(commit, b"", original)
+        assert dropped == 1, "the damaged batch's first line holds its commit record"
+    assert (meta / "5.compact").read_bytes() == expected
     [evidence] = [p for p in out.iterdir() if re.match(r"_spark_metadata\.damaged-\d+$", p.name)]
     assert {p.name for p in evidence.iterdir() if not p.name.startswith(".")} == {
         "5.compact",
@@ -170,6 +178,13 @@ def test_bit_rot_is_refused_and_repaired(
         # Nothing left to do: the way out leads out, not to "nothing to do" before the repair.
         again = batchlog.repair(spark, str(out), dry_run=True, quiet=True)
         assert again.needed is False and again.runs_restored == [], again
+        # history: the restored batch's rows are unknown, not guessed; asked for, they are counted
+        sink_log = batchlog.SinkLog(spark, str(out))
+        recorded = {b.batch_id: b.rows for b in sink_log.history().batches}
+        lost = {DAMAGED} if not batch_file_kept else set()
+        assert recorded == {b: None if b in lost else ROWS_PER_FILE for b in range(8)}, recorded
+        counted = {b.batch_id: b.rows for b in sink_log.history(rows=True).batches}
+        assert counted == {b: ROWS_PER_FILE for b in range(8)}, counted
 
     # The query restarts and continues through compaction 8 and batch 9.
     run_stream(spark, inp, out, chk)
