@@ -26,7 +26,8 @@ import org.apache.spark.sql.functions.{broadcast, col, input_file_name, udf}
 import org.apache.spark.sql.streaming.{StreamingQuery, StreamingQueryException}
 
 import io.batchlog.commit.{WriterGuard, WrittenRows}
-import io.batchlog.log.{DataFileNaming, LogFormat}
+import io.batchlog.log.{DataFileNaming, LogFormat, SinkMetrics}
+import io.batchlog.log.BatchTaggedFileStreamSinkLog.metadataPathOf
 import io.batchlog.shim.{FileStreamSinkLog, SinkFileStatus}
 
 /**
@@ -502,6 +503,36 @@ class CommitProtocolQuerySuite extends SparkSessionTestBase {
     finally {
       spark.sparkContext.removeSparkListener(staller)
       WrittenRows.waitMs = before
+    }
+  }
+
+  test(
+    "a lease removed under a running writer: leaseRefreshFailures counts it, the next batch fails"
+  ) {
+    withSink("parquet", partitioned = false, interval = 5) { s =>
+      val q = withSQLConf(WriterLeaseTimeoutKey -> "2s")(s.start())
+      try {
+        runBatch(s, q, 0)
+        // the sink's source, as the writer's log and a rewind name it
+        val metrics = SinkMetrics.of(metadataPathOf(spark, s.out.toString))
+        def failures = metrics.registry.getCounters.get(SinkMetrics.LeaseRefreshFailures).getCount
+        def age = metrics.registry.getGauges.get(SinkMetrics.LeaseRefreshAgeMs).getValue
+          .asInstanceOf[java.lang.Long].longValue
+        assert(metrics.registry.getCounters.get(SinkMetrics.Commits).getCount === 1)
+        val before = failures
+        assert(age >= 0 && age < 2000, s"a held lease refreshed every 0.5 s is $age ms old")
+        // what a forced rewind, or a hand, does: the writer's next refresh finds no lease
+        assert(leaseOf(s).delete())
+        eventually(timeout(queryTimeout))(assert(failures === before + 1))
+        s.input.addData(rowsOf(1): _*)
+        val e = intercept[StreamingQueryException](q.awaitTermination(queryTimeout.toMillis))
+        val cause = Iterator.iterate[Throwable](e)(_.getCause).takeWhile(_ != null)
+          .collectFirst { case b: BatchLogException => b.code }
+        assert(cause === Some(BatchLogException.WriterLeaseLost), e.getMessage)
+        assert(failures === before + 1, "one lost lease, counted once")
+        assert(age === -1L, "no lease held once the run ended")
+      } finally q.stop()
+      assert(!new File(s.meta, "1").exists(), "the batch after the loss is not logged")
     }
   }
 
