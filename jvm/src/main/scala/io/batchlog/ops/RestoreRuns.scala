@@ -32,8 +32,8 @@ import io.batchlog.shim.SinkFileStatus
  *   - the data files whose batch-tagged names name `b`, if they are as many as the run's lines
  *     (else those of them that a damaged line still names, if they are as many): each entry from
  *     the file's status, so the file system's size and modification time win over the damaged
- *     line's (the damaged line is the one thing not to trust). The batch's commit record (its
- *     first line's `commit`, [[io.batchlog.log.BatchCommit]]) is in no data file: it is lost, and
+ *     line's (the damaged line is the one thing not to trust). The batch's commit record (its first
+ *     line's `commit`, [[io.batchlog.log.BatchCommit]]) is in no data file: it is lost, and
  *     `history` counts that batch's rows from its files when asked.
  * A run neither gives is not restorable: the plan says why and `repair` rebuilds the whole log
  * instead (from the data files' names, see [[Repair]]).
