@@ -67,8 +67,12 @@ class BatchTaggedFileStreamSinkLog(
   /** The compact interval in force (derived from existing compact files, as Spark does). */
   def interval: Int = compactInterval
 
-  /** The sink's metrics in this JVM, in Spark's metrics system ([[SinkMetrics]]). */
-  lazy val metrics: SinkMetrics = SinkMetrics.of(metadataPath)
+  /**
+   * The sink's metrics in this JVM, in Spark's metrics system ([[SinkMetrics]]): one source per
+   * sink, whoever opens its log, so keyed by the qualified path (Spark 3.5's sink names its log by
+   * the path as the user gave it, a rewind by the qualified one).
+   */
+  lazy val metrics: SinkMetrics = SinkMetrics.of(metadataFs.makeQualified(metadataPath))
 
   def isCompactFile(logBatchId: Long): Boolean = isCompactionBatch(logBatchId, compactInterval)
 
