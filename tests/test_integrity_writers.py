@@ -130,14 +130,19 @@ class Writer:
         return self.log.read_text(errors="replace")
 
     def wait_latest(self, batch: int) -> None:
-        """Until batch ``batch`` is committed, in the sink and in the checkpoint."""
+        """Until batch ``batch`` is committed, in the sink and in the checkpoint; fails at once if
+        the writer exits first (its output says why), not after ``WAIT_S``."""
         ok = poll(
-            lambda: self.proc.poll() is None
-            and (self.chk / "commits" / str(batch)).exists()
-            and latest(self.out) >= batch,
+            lambda: self.proc.poll() is not None
+            or ((self.chk / "commits" / str(batch)).exists() and latest(self.out) >= batch),
             WAIT_S,
         )
-        assert ok, f"the writer did not reach batch {batch}:\n{self.output()[-5000:]}"
+        code = self.proc.poll()
+        assert ok and code is None, (
+            f"the writer did not reach batch {batch}"
+            + (f" (it exited with {code})" if code is not None else "")
+            + f":\n{self.output()[-5000:]}"
+        )
 
     def stop(self) -> int:
         (self.control / "stop").touch()
