@@ -223,6 +223,8 @@ def test_sink_log_api(spark: SparkSession, sinks: dict[str, Sink], fmt: str) -> 
         log_publish="hard link of a temp file (local disk)",
         compaction="client-side copy (not an object store that publishes whole uploads)",
         readers=[],
+        lease=None,  # the query stopped: it removed its lease
+        retained_from=0,  # no retention set: the log holds every entry
     )
 
 
