@@ -12,6 +12,7 @@ import org.apache.spark.TaskContext
 import org.apache.spark.internal.io.FileCommitProtocol.TaskCommitMessage
 import org.apache.spark.internal.io.FileNameSpec
 import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.execution.SQLExecution
 import org.apache.spark.sql.execution.streaming.ManifestFileCommitProtocol
 import io.batchlog.shim.{FileStreamSinkLog, SinkFileStatus}
 
@@ -90,7 +91,7 @@ class BatchTaggedCommitProtocol(jobId: String, path: String)
       jobAborted = false
     }
     jobStartNs = System.nanoTime()
-    executionId = Option(spark.sparkContext.getLocalProperty(SqlExecutionIdKey))
+    executionId = Option(spark.sparkContext.getLocalProperty(SQLExecution.EXECUTION_ID_KEY))
     executionId.foreach(WrittenRows.of(spark.sparkContext).watch)
   }
 
@@ -330,8 +331,7 @@ object BatchTaggedCommitProtocol {
    */
   @volatile private[batchlog] var abortGraceMs: Long = 10000L
 
-  /** Spark's local properties naming a batch's SQL execution, its streaming query and run. */
-  private val SqlExecutionIdKey = "spark.sql.execution.id"
+  /** Spark's local properties naming a batch's streaming query and run. */
   private val QueryIdKey = "sql.streaming.queryId"
   private val JobGroupKey = "spark.jobGroup.id"
 }

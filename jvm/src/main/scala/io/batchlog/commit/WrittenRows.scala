@@ -5,6 +5,7 @@ import scala.collection.mutable
 import org.apache.spark.{SparkContext, Success}
 import org.apache.spark.batchlog.BusMarker
 import org.apache.spark.scheduler._
+import org.apache.spark.sql.execution.SQLExecution
 
 /**
  * The rows a batch's write wrote, as Spark's write stats counted them, for its commit to record
@@ -88,7 +89,8 @@ final private[batchlog] class WrittenRows(sc: SparkContext) extends SparkListene
   }
 
   override def onJobStart(e: SparkListenerJobStart): Unit = {
-    val execution = Option(e.properties).flatMap(p => Option(p.getProperty(ExecutionIdKey)))
+    val execution =
+      Option(e.properties).flatMap(p => Option(p.getProperty(SQLExecution.EXECUTION_ID_KEY)))
     execution.foreach { id =>
       synchronized {
         executions.get(id).foreach { jobs =>
@@ -112,8 +114,6 @@ final private[batchlog] class WrittenRows(sc: SparkContext) extends SparkListene
   override def onJobEnd(e: SparkListenerJobEnd): Unit = synchronized {
     executions.values.flatMap(_.get(e.jobId)).foreach(_.ended = true)
   }
-
-  private val ExecutionIdKey = "spark.sql.execution.id"
 }
 
 private[batchlog] object WrittenRows {
