@@ -26,7 +26,7 @@ import org.apache.spark.sql.functions.{broadcast, col, input_file_name, udf}
 import org.apache.spark.sql.streaming.{StreamingQuery, StreamingQueryException}
 
 import io.batchlog.commit.{WriterGuard, WrittenRows}
-import io.batchlog.log.{DataFileNaming, LogFormat, SinkMetrics}
+import io.batchlog.log.{BatchCommit, DataFileNaming, LogFormat, SinkMetrics}
 import io.batchlog.log.BatchTaggedFileStreamSinkLog.metadataPathOf
 import io.batchlog.shim.{FileStreamSinkLog, SinkFileStatus}
 
@@ -278,6 +278,10 @@ class CommitProtocolQuerySuite extends SparkSessionTestBase {
 
   private def rowsOf(batch: Int): Seq[Int] = (0 until 7).map(batch * 100 + _)
 
+  /** The commit record on the first line of batch file `batch` in log directory `meta`. */
+  private def firstCommit(meta: File, batch: Int): Option[BatchCommit] =
+    LogFormat.decode(readLines(new File(meta, batch.toString)).tail.head).commit
+
   private def runBatch(sink: Sink, q: StreamingQuery, batch: Int): Unit = {
     sink.input.addData(rowsOf(batch): _*)
     processAll(q)
@@ -417,8 +421,7 @@ class CommitProtocolQuerySuite extends SparkSessionTestBase {
 
   test("each commit names its query and run: a restart is a new run of the same query") {
     withSink("parquet", partitioned = true, interval = 5) { s =>
-      def commitOf(b: Int) = readLines(new File(s.meta, b.toString)).tail.map(LogFormat.decode)
-        .head.commit.get
+      def commitOf(b: Int) = firstCommit(s.meta, b).get
       val (id, run1) = withQuery(s.start()) { q =>
         (0 to 1).foreach(runBatch(s, q, _))
         (q.id.toString, q.runId.toString)
@@ -455,9 +458,7 @@ class CommitProtocolQuerySuite extends SparkSessionTestBase {
         q.processAllAvailable()
       }
       val meta = new File(out, "_spark_metadata")
-      def commitOf(b: Int) =
-        LogFormat.decode(readLines(new File(meta, b.toString)).tail.head).commit
-      assert(Seq(0, 1).map(commitOf(_).flatMap(_.rows)) === Seq(Some(9L), Some(3L)))
+      assert(Seq(0, 1).map(firstCommit(meta, _).flatMap(_.rows)) === Seq(Some(9L), Some(3L)))
       assert(spark.read.parquet(out.toString).count() === 12)
     }
   }
@@ -479,8 +480,7 @@ class CommitProtocolQuerySuite extends SparkSessionTestBase {
     spark.sparkContext.addSparkListener(staller)
     try
       withSink("parquet", partitioned = false, interval = 5) { s =>
-        def commitOf(b: Int) = LogFormat.decode(readLines(new File(s.meta, b.toString)).tail.head)
-          .commit.get
+        def commitOf(b: Int) = firstCommit(s.meta, b).get
         withQuery(s.start()) { q =>
           runBatch(s, q, 0)
           stall.set(true)
