@@ -134,7 +134,7 @@ NORMALISE: list[tuple[re.Pattern[str], str]] = [
     (
         re.compile(r"driver pid \d+ on [^)]+\), at batch \d+"),
         "driver pid <pid> on <host>), at batch <n>",
-    ),  # inspect's `writing now`, the same lease
+    ),  # inspect's `lease holder`, the same lease
     (re.compile(r"time is \d+, the index says \d+"), "time is <ms>, the index says <ms>"),
     # a batchlog source's offset: a hash of the batch's file names, which hold random ids
     (re.compile(r'"fingerprint":"\d+:[0-9a-f]+"'), '"fingerprint":"<n>:<hash>"'),

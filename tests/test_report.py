@@ -141,9 +141,9 @@ def test_the_report_names_the_query_holding_the_lease_as_it_writes(
     jvm_pid = spark.sparkContext._jvm.ProcessHandle.current().pid()  # type: ignore[union-attr]
     assert holder.startswith(f"query {q.id}, run {q.runId} (driver pid {jvm_pid} on "), holder
     assert facts["owner on record"].startswith(f"query {q.id} since batch 0")
-    writing = [ln for ln in inspected.stdout.splitlines() if ln.startswith("writing now ")]
+    writing = [ln for ln in inspected.stdout.splitlines() if ln.startswith("lease holder ")]
     assert writing == [
-        f"writing now     query {q.id} (run {q.runId}, driver pid {jvm_pid} on "
+        f"lease holder    query {q.id} (run {q.runId}, driver pid {jvm_pid} on "
         + writing[0].split(" on ", 1)[1]
     ]
     assert ", at batch 0; lease refreshed " in writing[0] and writing[0].endswith(" by its clock")

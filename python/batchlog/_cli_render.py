@@ -75,10 +75,10 @@ def inspect(info: SinkSummary) -> None:
         print(f"written by      query {h.owner} (from batch {h.owner_since})")
     lease = info.lease
     if lease is None:
-        print("writing now     no query (no writer's lease)")
+        print("lease holder    none (no writer's lease)")
     else:
         print(
-            f"writing now     query {lease.query_id} (run {lease.run_id}, driver pid {lease.pid} "
+            f"lease holder    query {lease.query_id} (run {lease.run_id}, driver pid {lease.pid} "
             f"on {lease.host}), at batch {lease.batch_id}; lease refreshed "
             f"{_utc(lease.refreshed_at_ms)} by its clock"
         )

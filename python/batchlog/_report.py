@@ -3,7 +3,7 @@
 Drawn from two reports the JVM already gives (``SinkLog.history()`` and ``inspect()``), so it holds
 no batchlog logic: each batch's bytes and files over the batches, compactions and operations
 marked on that line, the retention watermark, the rewind horizon, the owner on record, the lease
-holder (the query writing now) and the sink's readers. Batches are grouped
+holder (the query whose lease is on the sink) and the sink's readers. Batches are grouped
 into at most :data:`MAX_BARS` bars (a sink of 100,000 batches draws 400 bars, not 100,000), so
 the page stays small and is written in well under a second. Inline SVG and CSS: no script, no
 network, readable in any browser and as a CI artifact.
