@@ -90,7 +90,9 @@ object JsonRecordFile extends org.apache.spark.internal.Logging {
   /**
    * Publishes file `p` of a records' directory (`_batchlog/`, `_batchlog/_readers/`, ...), which
    * the first record written creates: one request more only then, none on the ordinary path (an
-   * object store needs no directory at all).
+   * object store needs no directory at all). Two first writers race: the one whose publish found no
+   * directory may find it there by the time it looks (the other created it), so a missing file or
+   * directory is retried once, with the directory made if it is still absent.
    */
   def publishCreatingDir(fm: CheckpointFileManager, p: Path, overwrite: Boolean)(
       fn: java.io.OutputStream => Unit
@@ -99,8 +101,9 @@ object JsonRecordFile extends org.apache.spark.internal.Logging {
     catch {
       case e: java.io.IOException
           if !e.isInstanceOf[org.apache.hadoop.fs.FileAlreadyExistsException] &&
-            !e.isInstanceOf[java.nio.file.FileAlreadyExistsException] && !fm.exists(p.getParent) =>
-        fm.mkdirs(p.getParent)
+            !e.isInstanceOf[java.nio.file.FileAlreadyExistsException] &&
+            (e.isInstanceOf[FileNotFoundException] || !fm.exists(p.getParent)) =>
+        if (!fm.exists(p.getParent)) fm.mkdirs(p.getParent)
         LogFiles.publish(fm, p, overwrite)(fn)
     }
 
