@@ -39,11 +39,16 @@ import io.batchlog.{BatchLogConf, BatchLogException, BuildInfo}
  * @param retentionMs
  *   the sink's `retention` option: entries older than this are dropped at compaction and hidden
  *   from readers, as `FileStreamSinkLog` does
+ * @param listing
+ *   for an operation that reads and changes nothing (`verify`, `vacuum`'s plan): the log is read as
+ *   one listing of its directory saw it ([[ListedOnce]], from
+ *   [[BatchTaggedFileStreamSinkLog.listedOnce]]); never for a log that is written
  */
 class BatchTaggedFileStreamSinkLog(
     sparkSession: SparkSession,
     path: String,
-    retentionMs: Long = Long.MaxValue
+    retentionMs: Long = Long.MaxValue,
+    listing: Option[ListedOnce] = None
 ) extends CompactibleFileStreamLog[SinkLogEntry](LogFormat.Version, sparkSession, path)
     with CompactIndexReads
     with StreamingCompaction {
@@ -88,6 +93,14 @@ class BatchTaggedFileStreamSinkLog(
   /** The file manager of the log's directory (for batchlog's own records beside the log). */
   def checkpointFileManager: CheckpointFileManager = fileManager
 
+  /** The manager the log's reads go through: the `listing`, else [[checkpointFileManager]]. */
+  def reads: CheckpointFileManager = listing.getOrElse(fileManager)
+
+  /** With a `listing`, from it (Spark's lists the directory on every call). */
+  override def getLatestBatchId(): Option[Long] =
+    if (listing.isEmpty) super.getLatestBatchId()
+    else listLogFiles().filter(_.isFile).lastOption.map(f => pathToBatchId(f.getPath))
+
   /** batchlog's retention (`spark.batchlog.retention.*`), on top of the sink's `retention`. */
   private[log] val retention = BatchLogConf.retention(sparkSession)
 
@@ -109,9 +122,12 @@ class BatchTaggedFileStreamSinkLog(
   def fileSystem: org.apache.hadoop.fs.FileSystem = metadataFs
 
   /** One file's status: a single stat, not a listing of the whole log directory. */
-  private[log] def statusOf(file: Path): Option[FileStatus] =
-    try Some(metadataFs.getFileStatus(file))
-    catch { case _: java.io.FileNotFoundException => None }
+  private[log] def statusOf(file: Path): Option[FileStatus] = listing match {
+    case Some(once) if once.covers(file) => once.statusOf(file)
+    case _ =>
+      try Some(metadataFs.getFileStatus(file))
+      catch { case _: java.io.FileNotFoundException => None }
+  }
 
   // ---- writing -------------------------------------------------------------------------------
 
@@ -154,7 +170,7 @@ class BatchTaggedFileStreamSinkLog(
    */
   override def get(batchId: Long): Option[Array[SinkLogEntry]] = {
     val file = batchIdToPath(batchId)
-    if (!fileManager.exists(file)) None
+    if (!reads.exists(file)) None
     else {
       val buf = mutable.ArrayBuffer.empty[SinkLogEntry]
       foreachLineIn(batchId)((line, lineNo) => buf += decodeLine(line, file.toString, lineNo))
@@ -237,7 +253,7 @@ class BatchTaggedFileStreamSinkLog(
   @volatile private var lastAdded = -1L
 
   /** True if log file `batchId` (`N` or `N.compact`) exists. */
-  def isLogged(batchId: Long): Boolean = fileManager.exists(batchIdToPath(batchId))
+  def isLogged(batchId: Long): Boolean = reads.exists(batchIdToPath(batchId))
 
   /**
    * No probe when this log wrote the previous batch (a running query, each batch after its first);
@@ -317,8 +333,9 @@ class BatchTaggedFileStreamSinkLog(
 
   /** The log files `N` / `N.compact` present, oldest first. */
   def listLogFiles(): Array[FileStatus] =
-    if (!fileManager.exists(metadataPath)) Array.empty
-    else fileManager.list(metadataPath, batchFilesFilter).sortBy(f => pathToBatchId(f.getPath))
+    if (!reads.exists(metadataPath)) Array.empty
+    else
+      reads.list(metadataPath, batchFilesFilter).sortBy(f => pathToBatchId(f.getPath))
 
   /**
    * Why a reader opens log file `logBatchId`: the end of the error if it is missing. Every caller
@@ -347,21 +364,21 @@ class BatchTaggedFileStreamSinkLog(
    * which may not be the writer's.
    */
   private[batchlog] def recordedInterval: Option[(Int, Path)] =
-    (try SinkRecord.readWithPath(fileManager, metadataPath)
+    (try SinkRecord.readWithPath(reads, metadataPath)
     catch { case _: BatchLogException => None })
       .collect { case (r, at) if r.compactInterval > 0 => (r.compactInterval, at) }
 
   /** Fails with a clear error unless log file `logBatchId` starts with the `v1` header. */
   def checkHeader(logBatchId: Long): Unit = {
     val file = batchIdToPath(logBatchId)
-    val header = LogFiles.firstLine(fileManager, file, readWhy(logBatchId))
+    val header = LogFiles.firstLine(reads, file, readWhy(logBatchId))
     if (header != LogFormat.Header) throw BatchLogException.badHeader(file.toString, header)
   }
 
   /** Calls `fn(line, lineNo)` for each entry line of log file `logBatchId`, header checked. */
   def foreachLineIn(logBatchId: Long)(fn: (String, Long) => Unit): Unit =
     LogFiles.foreachLine(
-      fileManager,
+      reads,
       batchIdToPath(logBatchId),
       readWhy(logBatchId)
     )(fn)
@@ -491,6 +508,22 @@ object BatchTaggedFileStreamSinkLog {
       catch { case _: java.io.FileNotFoundException => false }
     if (!isDir) throw BatchLogException.notASink(outputPath)
     meta
+  }
+
+  /**
+   * The log of the sink at `outputPath` for an operation that reads it and changes nothing, read as
+   * one listing of `_spark_metadata/` and `_batchlog/` saw them ([[ListedOnce]]). That listing is
+   * also the check that it is a sink, which [[metadataPathOf]] makes with a request of its own.
+   */
+  def listedOnce(spark: SparkSession, outputPath: String): BatchTaggedFileStreamSinkLog = {
+    val (fs, meta) = metadataPathIn(spark, outputPath)
+    val once = new ListedOnce(
+      CheckpointFileManager.create(meta, spark.sessionState.newHadoopConf()),
+      fs,
+      Seq(meta, new Path(meta.getParent, JsonRecordFile.RecordDir))
+    )
+    if (!once.exists(meta)) throw BatchLogException.notASink(outputPath)
+    new BatchTaggedFileStreamSinkLog(spark, meta.toString, listing = Some(once))
   }
 
   /** The log of the sink whose output directory is `outputPath` (see [[metadataPathOf]]). */

@@ -329,19 +329,40 @@ object CompactIndex {
    * so while it keeps the name, length and modification time its index records, it is damage).
    */
   def damagedRuns(index: CompactIndex, in: InputStream): Seq[IndexRun] = {
+    val damaged = Seq.newBuilder[IndexRun]
+    foreachRun(index, in, keepUpTo = 0)((r, _, matches) => if (!matches) damaged += r)
+    damaged.result()
+  }
+
+  /**
+   * Reads compact file bytes `in` once, front to back, and calls `fn(run, bytes, matches)` for each
+   * run of `index` in offset order, once its last byte is read: `matches` as [[damagedRuns]] judges
+   * it, `bytes` the run's bytes if it is at most `keepUpTo` bytes long and the file did not end
+   * inside it, else null. So a caller that needs both the damage and the lines (`verify`) reads the
+   * file once, holding one run at a time. `at`: the file offset `in` is at (after a header read).
+   */
+  def foreachRun(index: CompactIndex, in: InputStream, keepUpTo: Long, at: Long = 0L)(
+      fn: (IndexRun, Array[Byte], Boolean) => Unit
+  ): Unit = {
     val buf = new Array[Byte](1 << 16)
-    var pos = 0L
+    var pos = at
     var ended = false
-    def read(upTo: Long, c: Option[Checksum]): Unit = while (!ended && pos < upTo) {
-      val n = in.read(buf, 0, math.min(buf.length.toLong, upTo - pos).toInt)
-      if (n < 0) ended = true
-      else { c.foreach(_.update(buf, 0, n)); pos += n }
-    }
-    index.runs.sortBy(_.offset).filter { r =>
-      read(r.offset, None)
+    def read(upTo: Long, c: Option[Checksum], keep: Array[Byte], keptFrom: Long): Unit =
+      while (!ended && pos < upTo) {
+        val n = in.read(buf, 0, math.min(buf.length.toLong, upTo - pos).toInt)
+        if (n < 0) ended = true
+        else {
+          c.foreach(_.update(buf, 0, n))
+          if (keep != null) System.arraycopy(buf, 0, keep, (pos - keptFrom).toInt, n)
+          pos += n
+        }
+      }
+    index.runs.sortBy(_.offset).foreach { r =>
+      read(r.offset, None, null, 0L)
       val c = Compat.crc32c()
-      read(r.offset + r.length, Some(c))
-      ended || c.getValue != r.crc
+      val keep = if (r.length <= keepUpTo) new Array[Byte](r.length.toInt) else null
+      read(r.offset + r.length, Some(c), keep, r.offset)
+      fn(r, if (ended) null else keep, !ended && c.getValue == r.crc)
     }
   }
 

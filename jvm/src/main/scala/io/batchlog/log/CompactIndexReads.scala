@@ -61,7 +61,7 @@ trait CompactIndexReads extends Logging { self: BatchTaggedFileStreamSinkLog =>
     )
     val cached = Option(indexes.get(compactId)).filter(i => !rebuild && i.matches(status))
     cached.getOrElse {
-      def load() = CompactIndex.load(checkpointFileManager, CompactIndex.pathOf(file), status)
+      def load() = CompactIndex.load(reads, CompactIndex.pathOf(file), status)
       val onDisk =
         if (rebuild) None
         else load().orElse(if (awaitIndex(compactId, status)) load() else None)
@@ -100,7 +100,7 @@ trait CompactIndexReads extends Logging { self: BatchTaggedFileStreamSinkLog =>
       val file = CompactIndex.pathOf(batchIdToPath(compactId))
       val read =
         try {
-          val in = LogFiles.open(checkpointFileManager, file)
+          val in = LogFiles.open(reads, file)
           try IndexBlocks.readHead(in, status.getPath.getName, status).toOption.flatten
           finally in.close()
         } catch { case _: java.io.IOException => None }
@@ -203,7 +203,7 @@ trait CompactIndexReads extends Logging { self: BatchTaggedFileStreamSinkLog =>
               acc.flatMap { a =>
                 Option(held.blocks.get(b.at)).map(Right(_)).getOrElse {
                   if (in == null)
-                    in = LogFiles.open(checkpointFileManager, CompactIndex.pathOf(file))
+                    in = LogFiles.open(reads, CompactIndex.pathOf(file))
                   val read = IndexBlocks.readBlock(in, b)
                   read.foreach(rs => held.blocks.put(b.at, rs))
                   read
@@ -255,7 +255,7 @@ trait CompactIndexReads extends Logging { self: BatchTaggedFileStreamSinkLog =>
     val crc = Compat.crc32c()
     val b = new CompactIndex.Builder(crc)
     val in =
-      LogFiles.open(checkpointFileManager, file, readWhy(compactId))
+      LogFiles.open(reads, file, readWhy(compactId))
     var untagged = false
     val end =
       try {
@@ -294,7 +294,7 @@ trait CompactIndexReads extends Logging { self: BatchTaggedFileStreamSinkLog =>
   def checkIndex(compactId: Long): Option[IndexCheck] = {
     val file = batchIdToPath(compactId)
     statusOf(file).map { status =>
-      CompactIndex.load(checkpointFileManager, CompactIndex.pathOf(file), status) match {
+      CompactIndex.load(reads, CompactIndex.pathOf(file), status) match {
         case None => IndexCheck.Unused(CompactIndex.AbsentReason)
         case Some(Left(why)) => IndexCheck.Unused(why)
         case Some(Right(index)) =>
@@ -304,6 +304,99 @@ trait CompactIndexReads extends Logging { self: BatchTaggedFileStreamSinkLog =>
           }
       }
     }
+  }
+
+  /**
+   * [[checkIndex]] of compact file `compactId` in the same read of the file that hands its lines to
+   * `line(text, lineNo, sound)`, run by run (a run is held whole, so only one of at most `keepUpTo`
+   * bytes), `sound` false for the lines of a run that does not match its CRC32C. The second value
+   * says whether every run's lines were handed; when not (no proved index, or a longer run), none
+   * were, and the caller reads the file's entries the usual way. So `verify` reads the live compact
+   * file once, not once for its damage and again for its entries.
+   */
+  def checkIndexReading(compactId: Long, keepUpTo: Long)(
+      line: (String, Long, Boolean) => Unit
+  ): (Option[IndexCheck], Boolean) = {
+    val file = batchIdToPath(compactId)
+    statusOf(file) match {
+      case None => (None, false)
+      case Some(status) =>
+        CompactIndex.load(reads, CompactIndex.pathOf(file), status) match {
+          case None => (Some(IndexCheck.Unused(CompactIndex.AbsentReason)), false)
+          case Some(Left(why)) => (Some(IndexCheck.Unused(why)), false)
+          case Some(Right(index)) if index.runs.exists(_.length > keepUpTo) =>
+            (checkIndex(compactId), false)
+          case Some(Right(index)) =>
+            val damaged = Seq.newBuilder[IndexRun]
+            var lineNo = 1L // the header's
+            val in = LogFiles.open(reads, file, readWhy(compactId))
+            try {
+              // the header first: no run covers it
+              val first = new Array[Byte](LogFormat.Header.length)
+              var n, got = 0
+              while (n < first.length && { got = in.read(first, n, first.length - n); got > 0 }) {
+                n += got
+              }
+              LogFiles.requireHeader(first, n, reads, file)
+              CompactIndex.foreachRun(index, in, keepUpTo, at = n.toLong) { (r, bytes, matches) =>
+                if (!matches) damaged += r
+                if (bytes == null) lineNo += r.count // the file ended inside it
+                else {
+                  // a run is its lines, each after its '\n' (the first ends the line before it)
+                  var from = 1
+                  while (from <= bytes.length) {
+                    var to = from
+                    while (to < bytes.length && bytes(to) != '\n') to += 1
+                    lineNo += 1
+                    line(new String(bytes, from, to - from, UTF_8), lineNo, matches)
+                    from = to + 1
+                  }
+                }
+              }
+            } finally in.close()
+            damaged.result() match {
+              case Nil => (Some(IndexCheck.Sound), true)
+              case runs => (Some(IndexCheck.Damaged(index, runs)), true)
+            }
+        }
+    }
+  }
+
+  /**
+   * The live entries as [[foreachLiveEntry]] gives them, each with whether it may be trusted
+   * (false: it is in a run of the live compact file that does not match its CRC32C), and the check
+   * of the live compact file's index and runs, made in the same read of it ([[checkIndexReading]]):
+   * None without a compact file.
+   */
+  def foreachLiveEntryChecked(keepUpTo: Long)(
+      fn: (SinkLogEntry, Boolean) => Unit
+  ): Option[(Long, IndexCheck)] = {
+    val now = System.currentTimeMillis()
+    var check: Option[(Long, IndexCheck)] = None
+    def deliver(e: SinkLogEntry, id: Long, sound: Boolean): Unit = {
+      val resolved = if (e.batchId.isDefined) e else e.copy(batchId = batchOf(e, id))
+      if (shouldRetain(resolved, now)) fn(resolved, sound)
+    }
+    liveLogBatchIds().foreach { id =>
+      if (!isCompactFile(id)) foreachEntryIn(id) { e => if (shouldRetain(e, now)) fn(e, true) }
+      else {
+        val file = batchIdToPath(id).toString
+        val (c, handed) = checkIndexReading(id, keepUpTo) { (line, lineNo, sound) =>
+          deliver(decodeLine(line, file, lineNo), id, sound)
+        }
+        check = c.map(id -> _)
+        if (!handed) {
+          val untrusted = c.toSeq.flatMap {
+            case IndexCheck.Damaged(_, runs) => runs.map(_.batchId)
+            case _ => Nil
+          }.toSet
+          foreachEntryIn(id) { e =>
+            if (shouldRetain(e, now)) fn(e, !untrusted(e.batchId))
+          }
+        }
+      }
+    }
+    check
   }
 
   /** Why the on-disk index of compact file `compactId` is not used, or the damage to the file. */
@@ -316,7 +409,7 @@ trait CompactIndexReads extends Logging { self: BatchTaggedFileStreamSinkLog =>
    * The runs of compact file `compactId` that do not match `index` ([[CompactIndex.damagedRuns]]).
    */
   def damagedRuns(compactId: Long, index: CompactIndex): Seq[IndexRun] = {
-    val in = LogFiles.open(checkpointFileManager, batchIdToPath(compactId), readWhy(compactId))
+    val in = LogFiles.open(reads, batchIdToPath(compactId), readWhy(compactId))
     try CompactIndex.damagedRuns(index, in)
     finally in.close()
   }
@@ -479,13 +572,13 @@ trait CompactIndexReads extends Logging { self: BatchTaggedFileStreamSinkLog =>
     private def in: FSDataInputStream = {
       if (opened == null) {
         opened = LogFiles.open(
-          checkpointFileManager,
+          reads,
           file,
           readWhy(compactId)
         )
         val first = new Array[Byte](LogFormat.Header.length)
         val n = opened.read(0L, first, 0, first.length)
-        LogFiles.requireHeader(first, n, checkpointFileManager, file)
+        LogFiles.requireHeader(first, n, reads, file)
       }
       opened
     }

@@ -41,8 +41,10 @@ object FileTree {
       onLink: Path => Unit = _ => (),
       onDir: Path => Unit = _ => ()
   )(fn: FileStatus => Unit): Unit = {
-    if (!fs.exists(root)) return
     val qualified = fs.makeQualified(root)
+    // a flat listing of a missing root fails by itself: no probe first (on S3, a HEAD and a LIST)
+    val flat = fs.getScheme != "file" && listsFlat(fs)
+    if (!flat && !fs.exists(root)) return
     if (fs.getScheme == "file") {
       val hidesChecksums = fs.isInstanceOf[ChecksumFileSystem]
       val blockSize = fs.getDefaultBlockSize(qualified)
@@ -57,10 +59,12 @@ object FileTree {
         onDir,
         fn
       )
-    } else if (!listsFlat(fs)) walkStatuses(fs, qualified, skipDir, onLink, fn)
+    } else if (!flat) walkStatuses(fs, qualified, skipDir, onLink, fn)
     else {
       val depth = qualified.depth()
-      val it = fs.listFiles(qualified, true)
+      val it =
+        try fs.listFiles(qualified, true)
+        catch { case _: java.io.FileNotFoundException => return }
       while (it.hasNext) {
         val f = it.next()
         var dir = f.getPath.getParent

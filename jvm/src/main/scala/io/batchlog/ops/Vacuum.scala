@@ -54,10 +54,11 @@ object Vacuum {
   def plan(spark: SparkSession, sinkPath: String, olderThan: String): Plan = {
     val olderThanMs = parseDuration(olderThan)
     val hadoopConf = spark.sessionState.newHadoopConf()
-    val meta = BatchTaggedFileStreamSinkLog.metadataPathOf(spark, sinkPath)
+    // the log read as one listing saw it (the lease below is read fresh, through Spark's manager)
+    val log = BatchTaggedFileStreamSinkLog.listedOnce(spark, sinkPath)
+    val meta = log.metadataPath
     val sink = meta.getParent
     val fs = sink.getFileSystem(hadoopConf)
-    val log = new BatchTaggedFileStreamSinkLog(spark, meta.toString)
     val latest = log.getLatestBatchId().getOrElse(-1L)
     val logged = mutable.HashSet.empty[String]
     val foreign = mutable.ArrayBuffer.empty[ForeignEntry]

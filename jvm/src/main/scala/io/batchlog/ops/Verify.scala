@@ -56,7 +56,11 @@ import io.batchlog.log.{
  * Cost on an object store: the output is walked once, first (one LIST a 1,000 keys), and each live
  * entry is checked against that listing; only an entry the walk did not see (a file committed
  * since, a name not a data file's) is asked for by itself, one request. Before, every live file
- * cost two (an existence check, then its status): 5,800 requests for a sink of 2,900 files.
+ * cost two (an existence check, then its status): 5,800 requests for a sink of 2,900 files. The
+ * log is read as one listing of `_spark_metadata/` and `_batchlog/` saw it
+ * ([[io.batchlog.log.ListedOnce]]), and each log file is read once, whole: the live compact file's
+ * runs are checked in the read that gives its entries. So a sink costs 13 requests and its log's
+ * bytes once, plus a LIST a 1,000 files and two GETs an older compact file still present.
  */
 object Verify {
 
@@ -64,6 +68,9 @@ object Verify {
   final case class Orphan(path: Path, size: Long, modificationTime: Long, batchId: Option[Long]) {
     def report: OrphanFile = OrphanFile(path.toString, size, batchId, modificationTime)
   }
+
+  /** The longest run of a compact file verify holds whole to read it once (one batch's lines). */
+  val RunBytes: Long = 64L << 20
 
   /** What to do about an index problem, and what it means until then. */
   val IndexAdvice: String =
@@ -82,19 +89,23 @@ object Verify {
   /**
    * Checks the index of every live compact file: its problems and the number of live compact files
    * without a usable index, whose index readers rebuild in memory (missing or legacy ones); and
-   * every compact file present against its index, for damage (see above).
+   * every compact file present against its index, for damage (see above). `checked`: a compact
+   * file's check made already (the live one's, made as its entries were read).
    */
-  def indexes(log: BatchTaggedFileStreamSinkLog): IndexFindings = {
+  def indexes(
+      log: BatchTaggedFileStreamSinkLog,
+      checked: Option[(Long, IndexCheck)] = None
+  ): IndexFindings = {
     val problems = mutable.ArrayBuffer.empty[IndexProblem]
     val damaged = mutable.ArrayBuffer.empty[DamagedRun]
     val errors = mutable.ArrayBuffer.empty[String]
     var inMemory = 0
     val live = log.liveLogBatchIds().filter(log.isCompactFile).toSet
     val ids =
-      (live ++ LogLayout.compactIds(log.checkpointFileManager, log.metadataPath)).toSeq.sorted
+      (live ++ LogLayout.compactIds(log.reads, log.metadataPath)).toSeq.sorted
     ids.foreach { id =>
       val indexFile = CompactIndex.pathOf(log.logFilePath(id))
-      log.checkIndex(id) match {
+      checked.filter(_._1 == id).map(_._2).orElse(log.checkIndex(id)) match {
         case Some(IndexCheck.Unused(why)) if CompactIndex.isExpectedReason(why) && live(id) =>
           inMemory += 1
         case Some(IndexCheck.Unused(why)) if live(id) =>
@@ -165,11 +176,10 @@ object Verify {
     }
 
   def run(spark: SparkSession, sinkPath: String): VerifyReport = {
-    val meta = BatchTaggedFileStreamSinkLog.metadataPathOf(spark, sinkPath)
+    val log = BatchTaggedFileStreamSinkLog.listedOnce(spark, sinkPath)
+    val meta = log.metadataPath
     val sink = meta.getParent
-    val fs = sink.getFileSystem(spark.sessionState.newHadoopConf())
-    val log = new BatchTaggedFileStreamSinkLog(spark, meta.toString)
-    val latest = log.getLatestBatchId().getOrElse(-1L)
+    val fs = log.fileSystem
     val logged = mutable.HashSet.empty[String]
     val missing = mutable.ArrayBuffer.empty[SinkLogEntry]
     val sizeMismatch = mutable.ArrayBuffer.empty[(SinkLogEntry, Long)]
@@ -182,15 +192,7 @@ object Verify {
     // The walk first: a file a running writer commits after it is logged when the log is read,
     // so it is no orphan, and is asked for by itself (not in the listing), so it is not missing.
     val (listed, extras) = dataFiles(fs, sink)
-    val found =
-      try indexes(log)
-      catch {
-        case e: BatchLogException => indexErrors += e.getMessage; IndexFindings(Nil, 0, Nil, Nil)
-      }
-    // The batches whose lines in the live compact file are damaged: not to be checked.
-    val liveCompact = log.liveLogBatchIds().filter(log.isCompactFile).headOption
-    val untrusted =
-      found.damaged.filter(d => liveCompact.contains(d.compactId)).map(_.batchId).toSet
+    val latest = log.getLatestBatchId().getOrElse(-1L)
     def check(e: SinkLogEntry): Unit = {
       val p = entryPath(e)
       val named = DataFileNaming.batchIdOf(p.getName)
@@ -208,22 +210,30 @@ object Verify {
           }
       }
     }
+    // The live compact file is checked for damage in the read that gives its entries, so it is
+    // read once; the entries of a damaged run are not to be trusted, so not checked.
+    var liveChecked: Option[(Long, IndexCheck)] = None
     try {
-      log.foreachLiveEntry { e =>
+      liveChecked = log.foreachLiveEntryChecked(RunBytes) { (e, sound) =>
         val p = entryPath(e)
         logged += key(p)
         liveFiles += 1
         liveBytes += e.size
         if (e.batchId.isEmpty) untagged += 1
-        if (!untrusted(e.batchId)) check(e)
+        if (sound) check(e)
       }
     } catch {
       case e: BatchLogException => logErrors += e.getMessage
     }
+    val found =
+      try indexes(log, liveChecked)
+      catch {
+        case e: BatchLogException => indexErrors += e.getMessage; IndexFindings(Nil, 0, Nil, Nil)
+      }
     // The layout must fit the interval of the query that writes the sink (its record), or that
     // query fails at its next compaction for want of a compact file. (A log that could not be
     // read has said why already.)
-    val fm = log.checkpointFileManager
+    val fm = log.reads
     if (logErrors.isEmpty) {
       try SinkRecord.read(fm, meta).foreach { r =>
           logErrors ++= LogLayout.misfit(fm, meta, r.compactInterval, "the sink record's")
@@ -281,9 +291,13 @@ object Verify {
 
   /**
    * The multipart uploads open under the sink's `_spark_metadata/` and `_batchlog/` (S3A; none
-   * elsewhere), oldest first ([[OpenUploads]]).
+   * elsewhere), oldest first ([[OpenUploads]]): one listing of the sink's uploads (one request a
+   * 1,000 uploads), not one a directory.
    */
-  def openUploads(fs: FileSystem, meta: Path): Seq[OpenUploads.Open] =
-    OpenUploads.list(fs, Seq(meta, new Path(meta.getParent, JsonRecordFile.RecordDir)))
-      .getOrElse(Nil)
+  def openUploads(fs: FileSystem, meta: Path): Seq[OpenUploads.Open] = {
+    val dirs = Seq(meta, new Path(meta.getParent, JsonRecordFile.RecordDir))
+      .map(d => fs.makeQualified(d).toUri.getPath.stripSuffix("/") + "/")
+    OpenUploads.list(fs, Seq(meta.getParent)).getOrElse(Nil)
+      .filter(o => dirs.exists(o.path.toUri.getPath.startsWith))
+  }
 }
