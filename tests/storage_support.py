@@ -760,6 +760,12 @@ class Store:
         lines = self.log.read_text(errors="replace").splitlines()
         return [(m.group(1), m.group(2)) for m in map(REQUEST_LINE.search, lines) if m]
 
+    def bytes_read(self) -> list[tuple[str, int]]:
+        """(bucket/key, bytes sent) of every object GET so far, in the order their bodies ended."""
+        f = self.faults.with_name(self.faults.name + ".bytes")
+        lines = f.read_text().splitlines() if f.exists() else []
+        return [(k, int(n)) for k, n in (line.rsplit(" ", 1) for line in lines)]
+
     def get(self, bucket: str, key: str) -> bytes:
         return bytes(self.client.get_object(Bucket=bucket, Key=key)["Body"].read())
 

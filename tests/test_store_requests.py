@@ -1,8 +1,10 @@
-"""What the read-only and maintenance commands cost on an object store, in requests (issue 42,
-item 4): ``verify`` checks the live files against one listing of the output, not by two requests
-a file, so its requests do not grow with the sink's live files (below 1,000 a listing).
+"""What the read-only and maintenance commands cost on an object store, in requests and bytes
+(issue 42, item 4): ``verify`` checks the live files against one listing of the output, not by
+two requests a file, lists each log directory once, and reads each log file once, whole; so its
+requests do not grow with the sink's live files (below 1,000 a listing), and it reads the log's
+bytes once.
 
-On the S3 test server (moto, its request log), through S3A.
+On the S3 test server (moto, its request and byte logs), through S3A.
 """
 
 from __future__ import annotations
@@ -25,8 +27,14 @@ CONFS = {
     "spark.sql.shuffle.partitions": "1",
 }
 BATCHES = 7
-#: verify's requests on such a sink, whatever its live files (measured: 49).
-BUDGET = 49
+#: verify's requests on such a sink, whatever its live files (49 before each directory was listed
+#: once): batchlog's 10 (a LIST each of ``_spark_metadata/``, the output, ``_batchlog/`` and the
+#: open uploads; a GET each of 2.compact, 5.compact, their indexes, batch file 6 and the sink
+#: record) and the 3 Spark's log makes when it is built (its directory's probe: a HEAD and a
+#: 2-key LIST; its listing for the compact interval).
+BUDGET = 13
+#: ``vacuum --dry-run``'s: 22 before.
+VACUUM_BUDGET = 10
 
 
 @pytest.fixture(scope="module")
@@ -83,3 +91,33 @@ def test_verify_sends_as_many_requests_for_56_live_files_as_for_14(
     assert not report.healthy
     assert [m.path for m in report.missing] == [gone]
     assert [(m.path, m.actual_size) for m in report.size_mismatch] == [(cut, 25)]
+
+
+def test_verify_reads_each_log_file_once_whole_and_vacuum_lists_once(
+    spark: SparkSession, store: Store, tmp_path: Path
+) -> None:
+    """verify reads every log file a reader may read exactly once, whole (the compact files
+    present, their indexes, the batch file after the newest, the sink record): the bytes it reads
+    are the log's, once. vacuum's plan stays in its budget too."""
+    out = _sink(spark, store, tmp_path, 3)
+    bucket, prefix = out.removeprefix("s3a://").split("/", 1)
+    sizes = {
+        f"{bucket}/{o['Key']}": o["Size"]
+        for o in store.client.list_objects_v2(Bucket=bucket, Prefix=prefix + "/")["Contents"]
+    }
+    meta = f"{bucket}/{prefix}/_spark_metadata"
+    wanted = [f"{meta}/{n}" for n in ("2.compact", "2.compact.index", "5.compact")]
+    wanted += [
+        f"{meta}/5.compact.index",
+        f"{meta}/6",
+        f"{bucket}/{prefix}/_batchlog/_batchlog-sink.json",
+    ]
+    before = len(store.bytes_read())
+    assert _verify_counted(spark, store, out).total() <= BUDGET
+    read = store.bytes_read()[before:]
+    assert sorted(read) == sorted((k, sizes[k]) for k in wanted), read
+
+    before = len(store.requests())
+    plan = batchlog.vacuum(spark, out, "0s", dry_run=True)
+    assert plan.orphan_files == 0, plan
+    assert len(store.requests()) - before <= VACUUM_BUDGET, store.requests()[before:]

@@ -28,6 +28,9 @@ absent or ``{}``: none), for the server-side compaction tests:
   bytes ``SECOND_WRITER`` is put at its key if there is none (a second writer that published the
   same log file while the upload ran); moto then refuses an ``If-None-Match: *`` completion, as S3
   does;
+- every object ``GET`` appends ``bucket/key <bytes sent>`` to ``<FAULTS_FILE>.bytes`` once its body
+  is sent (werkzeug logs no size for a streamed body): what a reader read, for the request-cost
+  tests;
 - ``"lose_answer": REGEX``: the first ``PutObject`` or ``CompleteMultipartUpload`` of each key that
   REGEX matches (``re.search`` on ``bucket/key``) is applied by moto, then answered 500
   InternalError: a store that applied a request and lost its answer (a load balancer's timeout).
@@ -158,7 +161,26 @@ def _with_faults(faults: Path) -> int:
                 want = environ.get("HTTP_X_AMZ_COPY_SOURCE_IF_MATCH")
                 if want and obj is not None and want.strip('"') != obj.etag.strip('"'):
                     return error(start, "412 Precondition Failed", "PreconditionFailed")
-        return app(environ, start)  # type: ignore[no-any-return]
+        body: Iterable[bytes] = app(environ, start)
+        if environ["REQUEST_METHOD"] == "GET" and not query:
+            return counted(environ["PATH_INFO"], body)
+        return body
+
+    read_file = faults.with_name(faults.name + ".bytes")
+    read_lock = threading.Lock()
+
+    def counted(path: str, body: Iterable[bytes]) -> Iterable[bytes]:
+        sent = 0
+        try:
+            for chunk in body:
+                sent += len(chunk)
+                yield chunk
+        finally:
+            close = getattr(body, "close", None)
+            if close is not None:
+                close()
+            with read_lock, open(read_file, "a") as out:
+                out.write(f"{path.lstrip('/')} {sent}\n")
 
     server = make_server("127.0.0.1", 0, step, threaded=True)
     threading.Thread(target=server.serve_forever, daemon=True).start()
