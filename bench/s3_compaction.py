@@ -17,7 +17,14 @@ same state (the compact file it wrote deleted, a fresh log instance):
 - ``batchlog-client``: the same log with ``spark.batchlog.compaction.serverSide=false`` (the
   previous compact file copied through the driver, as on any file system);
 - ``copy``: a plain copy of the previous compact file through the driver (S3A read, S3A write):
-  the floor for any compaction that moves the file's bytes through the driver.
+  the floor for any compaction that moves the file's bytes through the driver;
+- ``store-copy``: the store's own copy of the previous compact file, one ``CopyObject`` (boto3):
+  the floor of a compaction on an object store, which must at least copy those bytes (issue 42:
+  batchlog's compaction within 1.25x of it);
+- ``verify``: ``batchlog.verify`` of batchlog's log as the compaction left it (its entries name
+  no file in the output, so they are all reported as outside it: the log is still read whole):
+  its requests, and the bytes it read against the bytes of the log files present (issue 42: at
+  most 1.1x).
 
 Measured for each: wall time, requests the server logged, and the bytes the driver read and wrote:
 Hadoop's ``FileSystem.Statistics`` of the ``s3a`` scheme (those of ``FileSystem`` and of
@@ -69,7 +76,15 @@ from support import S3A_CLASSPATH  # noqa: E402
 
 BUCKET = "bench-compaction"
 INTERVAL = 10
-IMPLS = ("vanilla", "batchlog", "batchlog-one-part", "batchlog-client", "copy")
+IMPLS = (
+    "vanilla",
+    "batchlog",
+    "batchlog-one-part",
+    "batchlog-client",
+    "copy",
+    "store-copy",
+    "verify",
+)
 #: batchlog-one-part's copy parts: S3's largest, so a stretch is one part.
 ONE_PART = 5 * 2**30
 
@@ -242,7 +257,17 @@ class Bench:
             ONE_PART if impl == "batchlog-one-part" else self.part_bytes
         )
         run: Callable[[], None]
-        if impl == "copy":
+        if impl == "verify":
+            return self.verify(prefix)
+        if impl == "store-copy":
+            src = f"{prefix}/_spark_metadata/{INTERVAL - 1}.compact"
+
+            def run() -> None:
+                self.s3.copy_object(
+                    Bucket=BUCKET, Key=f"{prefix}/copy-of-compact", CopySource=f"{BUCKET}/{src}"
+                )
+
+        elif impl == "copy":
             util = self.jvm.org.apache.hadoop.fs.FileUtil
             conf = self.fs.getConf()
 
@@ -285,6 +310,40 @@ class Bench:
             out["new lines + index MiB"] = (size - prev_len + index) / 2**20
             out["compact file MiB"] = size / 2**20
         return out
+
+    def verify(self, prefix: str) -> dict[str, float]:
+        """verify of the sink at ``prefix`` (its log as ``batchlog`` left it after a compaction)."""
+        out = f"s3a://{BUCKET}/{prefix}"
+        # what a reader may read: every compact file and its index, the batch files after the
+        # newest (the batch files before it, left here by the layout, are never read)
+        files = {
+            o["Key"].rsplit("/", 1)[1]: o["Size"]
+            for page in self.s3.get_paginator("list_objects_v2").paginate(
+                Bucket=BUCKET, Prefix=f"{prefix}/_spark_metadata/"
+            )
+            for o in page.get("Contents", [])
+        }
+        newest = max(int(n.split(".")[0]) for n in files if n.endswith(".compact"))
+        log_bytes = sum(
+            size
+            for name, size in files.items()
+            if ".compact" in name or (name.isdigit() and int(name) > newest)
+        )
+        self.requests.take()
+        r0, _ = self.s3a_bytes()
+        t0 = time.perf_counter()
+        report = batchlog.verify(self.spark, out)
+        ms = (time.perf_counter() - t0) * 1000
+        r1, _ = self.s3a_bytes()
+        reqs = self.requests.take()
+        print(f"  [verify: {report.live_files:,} live entries, {report.foreign_count:,} outside]")
+        return {
+            "wall ms": ms,
+            "requests": reqs,
+            "driver read MiB": (r1 - r0) / 2**20,
+            "log MiB": log_bytes / 2**20,
+            "read vs log x": (r1 - r0) / log_bytes,
+        }
 
 
 def spread(xs: list[float]) -> str:
@@ -338,7 +397,8 @@ def main() -> None:
                 if impl == "vanilla" and n > args.vanilla_max:
                     print(f"  [vanilla: not run above {args.vanilla_max:,} entries]")
                     continue
-                shared = impl in ("copy", "batchlog-one-part")  # on batchlog's log
+                # on batchlog's log
+                shared = impl in ("copy", "batchlog-one-part", "store-copy", "verify")
                 prefix = f"n{n}/{'batchlog' if shared else impl}"
                 if not shared:
                     t0 = time.perf_counter()

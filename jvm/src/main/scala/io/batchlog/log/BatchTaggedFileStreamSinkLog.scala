@@ -53,6 +53,10 @@ class BatchTaggedFileStreamSinkLog(
     with CompactIndexReads
     with StreamingCompaction {
 
+  /** The constructor JVM callers (py4j, Java) see: a Scala default is no Java overload. */
+  def this(sparkSession: SparkSession, path: String, retentionMs: Long) =
+    this(sparkSession, path, retentionMs, None)
+
   BuildInfo.requireMatchingSpark()
 
   private val settings = BatchLogConf.sinkLogSettings(sparkSession)
