@@ -35,6 +35,11 @@ BATCHES = 7
 BUDGET = 13
 #: ``vacuum --dry-run``'s: 22 before.
 VACUUM_BUDGET = 10
+#: ``repair --dry-run``'s of a healthy sink: 87 before (verify's and its own walk, each log
+#: directory listed again and again); now verify's 13 and the output's checks (a HEAD and a 2-key
+#: LIST that it is a directory, a LIST of its top level for logs moved aside), and the sink record
+#: read once more.
+REPAIR_BUDGET = 17
 
 
 @pytest.fixture(scope="module")
@@ -93,12 +98,12 @@ def test_verify_sends_as_many_requests_for_56_live_files_as_for_14(
     assert [(m.path, m.actual_size) for m in report.size_mismatch] == [(cut, 25)]
 
 
-def test_verify_reads_each_log_file_once_whole_and_vacuum_lists_once(
+def test_verify_reads_each_log_file_once_and_plans_list_once(
     spark: SparkSession, store: Store, tmp_path: Path
 ) -> None:
     """verify reads every log file a reader may read exactly once, whole (the compact files
     present, their indexes, the batch file after the newest, the sink record): the bytes it reads
-    are the log's, once. vacuum's plan stays in its budget too."""
+    are the log's, once. The plans of vacuum and repair stay in their budgets too."""
     out = _sink(spark, store, tmp_path, 3)
     bucket, prefix = out.removeprefix("s3a://").split("/", 1)
     sizes = {
@@ -121,3 +126,7 @@ def test_verify_reads_each_log_file_once_whole_and_vacuum_lists_once(
     plan = batchlog.vacuum(spark, out, "0s", dry_run=True)
     assert plan.orphan_files == 0, plan
     assert len(store.requests()) - before <= VACUUM_BUDGET, store.requests()[before:]
+
+    before = len(store.requests())
+    assert not batchlog.repair(spark, out, dry_run=True, quiet=True).needed
+    assert len(store.requests()) - before <= REPAIR_BUDGET, store.requests()[before:]

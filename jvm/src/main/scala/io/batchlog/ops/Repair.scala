@@ -12,6 +12,8 @@ import io.batchlog.Compat._
 import io.batchlog.log.{
   BatchTaggedFileStreamSinkLog,
   DataFileNaming,
+  JsonRecordFile,
+  ListedOnce,
   LogLayout,
   RepairIntent,
   RewindIntent,
@@ -190,12 +192,12 @@ object Repair {
 
   private[ops] val BrokenPrefix = s"${BatchTaggedFileStreamSinkLog.MetadataDir}.broken-"
 
-  /** The damaged log and the logs earlier repairs moved aside, newest first. */
-  private def surviving(fs: FileSystem, sink: Path, meta: Path): Seq[Path] = {
+  /** The damaged log (if `metaIsDir`) and the logs earlier repairs moved aside, newest first. */
+  private def surviving(fs: FileSystem, sink: Path, meta: Path, metaIsDir: Boolean): Seq[Path] = {
     val broken = fs.listStatus(sink).toSeq.map(_.getPath).filter(_.getName.startsWith(BrokenPrefix))
       .sortBy(p => scala.util.Try(p.getName.stripPrefix(BrokenPrefix).toLong).getOrElse(0L))
       .reverse
-    (if (fs.exists(meta) && fs.getFileStatus(meta).isDirectory) Seq(meta) else Nil) ++ broken
+    (if (metaIsDir) Seq(meta) else Nil) ++ broken
   }
 
   /**
@@ -251,38 +253,46 @@ object Repair {
     val hadoopConf = spark.sessionState.newHadoopConf()
     val out = new Path(sinkPath)
     val fs = out.getFileSystem(hadoopConf)
-    if (!fs.exists(out) || !fs.getFileStatus(out).isDirectory) {
-      throw BatchLogException.invalidArgument("path", sinkPath, "it is not a directory")
-    }
+    val isDir =
+      try fs.getFileStatus(out).isDirectory
+      catch { case _: java.io.FileNotFoundException => false }
+    if (!isDir) throw BatchLogException.invalidArgument("path", sinkPath, "it is not a directory")
     val sink = fs.makeQualified(out)
     val meta = new Path(sink, BatchTaggedFileStreamSinkLog.MetadataDir)
-    val logExists = fs.exists(meta)
-    val dirs = surviving(fs, sink, meta)
     def fmOf(dir: Path) = CheckpointFileManager.create(dir, hadoopConf)
+    // the plan reads the log and batchlog's records as one listing of each directory saw them
+    val reads = new ListedOnce(
+      fmOf(meta),
+      fs,
+      Seq(meta, new Path(sink, JsonRecordFile.RecordDir))
+    )
+    val metaIsDir = reads.exists(meta)
+    val logExists = metaIsDir || fs.exists(meta)
+    val dirs = surviving(fs, sink, meta, metaIsDir)
     // `_batchlog/`, else the damaged log (a sink of an earlier version), else a moved-aside log
-    val liveRecord = scala.util.Try(SinkRecord.readWithPath(fmOf(meta), meta)).toOption.flatten
+    val liveRecord = scala.util.Try(SinkRecord.readWithPath(reads, meta)).toOption.flatten
     val record = liveRecord.orElse(dirs.filterNot(_ == meta).iterator.flatMap { dir =>
       scala.util.Try(SinkRecord.readIn(fmOf(dir), dir)).toOption.flatten.iterator
     }.firstOption)
 
     val problems = mutable.ArrayBuffer.empty[String]
-    val intent = scala.util.Try(RewindIntent.read(fmOf(meta), meta)).toOption.flatten
-    RepairIntent.read(fmOf(meta), meta).foreach { r =>
+    val intent = scala.util.Try(RewindIntent.read(reads, meta)).toOption.flatten
+    RepairIntent.read(reads, meta).foreach { r =>
       problems += s"a repair started at ${new java.sql.Timestamp(r.startedAtMs)} did not finish " +
         s"(it copied the old log files to ${r.movedAside}): repairing again finishes it"
     }
     val loggedLatest =
-      if (logExists && fs.getFileStatus(meta).isDirectory) {
-        LogLayout.listIds(fmOf(meta), meta).lastOption.getOrElse(-1L)
-      } else -1L
+      if (metaIsDir) LogLayout.listIds(reads, meta).lastOption.getOrElse(-1L) else -1L
     val files = mutable.ArrayBuffer.empty[(Long, FileStatus)]
     val untagged = mutable.ArrayBuffer.empty[FileStatus]
-    OutputFiles.foreachDataFile(fs, sink) { f =>
+    val walked = Verify.dataFiles(fs, sink)
+    walked._1.values.foreach { f =>
       DataFileNaming.batchIdOf(f.getPath.getName) match {
         case Some(b) => files += ((b, f))
         case None => untagged += f
       }
     }
+    lazy val log = new BatchTaggedFileStreamSinkLog(spark, meta.toString, listing = Some(reads))
     val sorted = files.sortBy(f => (f._1, f._2.getPath.toString)).toSeq
     val latest = math.max(loggedLatest, sorted.lastOption.map(_._1).getOrElse(-1L))
     val interval = chooseInterval(spark, dirs, record, compactInterval, latest)
@@ -290,9 +300,9 @@ object Repair {
     var indexProblems: Seq[IndexProblem] = Nil
     var damagedRuns: Seq[DamagedRun] = Nil
     if (logExists) {
-      if (!fs.getFileStatus(meta).isDirectory) problems += s"$meta is not a directory"
+      if (!metaIsDir) problems += s"$meta is not a directory"
       else {
-        val report = Verify.run(spark, sinkPath)
+        val report = Verify.run(log, Some(walked))
         problems ++= report.logErrors
         if (report.missingCount > 0) problems += s"${report.missingCount} logged files missing"
         if (report.sizeMismatchCount > 0) {
@@ -312,12 +322,12 @@ object Repair {
         if (liveRecord.isEmpty || compactInterval.isDefined) {
           problems ++= (
             if (!interval.assumed) {
-              LogLayout.misfit(fmOf(meta), meta, interval.interval, interval.source)
-            } else if (untagged.isEmpty) LogLayout.misfitAnyInterval(fmOf(meta), meta)
+              LogLayout.misfit(reads, meta, interval.interval, interval.source)
+            } else if (untagged.isEmpty) LogLayout.misfitAnyInterval(reads, meta)
             else {
               val default = BatchLogConf.sinkLogSettings(spark).compactInterval
-              val i = LogLayout.intervalOf(fmOf(meta), meta, default)._2.getOrElse(default)
-              LogLayout.misfit(fmOf(meta), meta, i, "this session's")
+              val i = LogLayout.intervalOf(reads, meta, default)._2.getOrElse(default)
+              LogLayout.misfit(reads, meta, i, "this session's")
             }
           )
         }
@@ -327,7 +337,7 @@ object Repair {
     }
     if (
       logExists && problems.isEmpty && sorted.nonEmpty &&
-      LogLayout.listIds(fmOf(meta), meta).isEmpty
+      LogLayout.listIds(reads, meta).isEmpty
     ) {
       problems += s"$meta holds no log files but the output holds ${sorted.length} data files"
     }
@@ -336,7 +346,7 @@ object Repair {
     val restores =
       if (damagedRuns.isEmpty) Nil
       else RestoreRuns.plan(
-        new BatchTaggedFileStreamSinkLog(spark, meta.toString),
+        log,
         damagedRuns,
         sorted
       )

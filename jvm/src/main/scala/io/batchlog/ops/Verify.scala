@@ -56,8 +56,8 @@ import io.batchlog.log.{
  * Cost on an object store: the output is walked once, first (one LIST a 1,000 keys), and each live
  * entry is checked against that listing; only an entry the walk did not see (a file committed
  * since, a name not a data file's) is asked for by itself, one request. Before, every live file
- * cost two (an existence check, then its status): 5,800 requests for a sink of 2,900 files. The
- * log is read as one listing of `_spark_metadata/` and `_batchlog/` saw it
+ * cost two (an existence check, then its status): 5,800 requests for a sink of 2,900 files. The log
+ * is read as one listing of `_spark_metadata/` and `_batchlog/` saw it
  * ([[io.batchlog.log.ListedOnce]]), and each log file is read once, whole: the live compact file's
  * runs are checked in the read that gives its entries. So a sink costs 13 requests and its log's
  * bytes once, plus a LIST a 1,000 files and two GETs an older compact file still present.
@@ -175,8 +175,17 @@ object Verify {
       )
     }
 
-  def run(spark: SparkSession, sinkPath: String): VerifyReport = {
-    val log = BatchTaggedFileStreamSinkLog.listedOnce(spark, sinkPath)
+  def run(spark: SparkSession, sinkPath: String): VerifyReport =
+    run(BatchTaggedFileStreamSinkLog.listedOnce(spark, sinkPath), None)
+
+  /**
+   * Verifies the sink of `log` (one built with a [[io.batchlog.log.ListedOnce]] listing), with the
+   * walk of its output already made (`walked`, from [[dataFiles]]), or made here first.
+   */
+  def run(
+      log: BatchTaggedFileStreamSinkLog,
+      walked: Option[(collection.Map[String, FileStatus], OutputFiles.Extras)]
+  ): VerifyReport = {
     val meta = log.metadataPath
     val sink = meta.getParent
     val fs = log.fileSystem
@@ -191,7 +200,7 @@ object Verify {
     val indexErrors = mutable.ArrayBuffer.empty[String]
     // The walk first: a file a running writer commits after it is logged when the log is read,
     // so it is no orphan, and is asked for by itself (not in the listing), so it is not missing.
-    val (listed, extras) = dataFiles(fs, sink)
+    val (listed, extras) = walked.getOrElse(dataFiles(fs, sink))
     val latest = log.getLatestBatchId().getOrElse(-1L)
     def check(e: SinkLogEntry): Unit = {
       val p = entryPath(e)
