@@ -21,6 +21,10 @@ same state (the compact file it wrote deleted, a fresh log instance):
 - ``store-copy``: the store's own copy of the previous compact file, one ``CopyObject`` (boto3):
   the floor of a compaction on an object store, which must at least copy those bytes (issue 42:
   batchlog's compaction within 1.25x of it);
+- ``store-part-copy``: the same bytes copied by the store the way a compaction must copy them to
+  add lines after them: a multipart upload of one ``UploadPartCopy`` of the whole previous
+  compact file (boto3), completed. On S3 both are copies in the store's back end; SeaweedFS
+  answers a ``CopyObject`` without rewriting the bytes, a part copy by rewriting them;
 - ``verify``: ``batchlog.verify`` of batchlog's log as the compaction left it (its entries name
   no file in the output, so they are all reported as outside it: the log is still read whole):
   its requests, and the bytes it read against the bytes of the log files present (issue 42: at
@@ -83,6 +87,7 @@ IMPLS = (
     "batchlog-client",
     "copy",
     "store-copy",
+    "store-part-copy",
     "verify",
 )
 #: batchlog-one-part's copy parts: S3's largest, so a stretch is one part.
@@ -267,6 +272,27 @@ class Bench:
                     Bucket=BUCKET, Key=f"{prefix}/copy-of-compact", CopySource=f"{BUCKET}/{src}"
                 )
 
+        elif impl == "store-part-copy":
+            src = f"{prefix}/_spark_metadata/{INTERVAL - 1}.compact"
+            key = f"{prefix}/copy-of-compact"
+
+            def run() -> None:
+                up = self.s3.create_multipart_upload(Bucket=BUCKET, Key=key)["UploadId"]
+                part = self.s3.upload_part_copy(
+                    Bucket=BUCKET,
+                    Key=key,
+                    UploadId=up,
+                    PartNumber=1,
+                    CopySource=f"{BUCKET}/{src}",
+                )
+                etag = part["CopyPartResult"]["ETag"]
+                self.s3.complete_multipart_upload(
+                    Bucket=BUCKET,
+                    Key=key,
+                    UploadId=up,
+                    MultipartUpload={"Parts": [{"ETag": etag, "PartNumber": 1}]},
+                )
+
         elif impl == "copy":
             util = self.jvm.org.apache.hadoop.fs.FileUtil
             conf = self.fs.getConf()
@@ -398,7 +424,13 @@ def main() -> None:
                     print(f"  [vanilla: not run above {args.vanilla_max:,} entries]")
                     continue
                 # on batchlog's log
-                shared = impl in ("copy", "batchlog-one-part", "store-copy", "verify")
+                shared = impl in (
+                    "copy",
+                    "batchlog-one-part",
+                    "store-copy",
+                    "store-part-copy",
+                    "verify",
+                )
                 prefix = f"n{n}/{'batchlog' if shared else impl}"
                 if not shared:
                     t0 = time.perf_counter()

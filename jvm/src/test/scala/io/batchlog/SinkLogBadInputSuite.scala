@@ -68,6 +68,9 @@ class SinkLogBadInputSuite extends SparkSessionTestBase {
       assert(f.setLastModified(mtime))
       assertFails(BatchLogException.CorruptLog, f, "'v2'")(log.allFiles())
       assertFails(BatchLogException.CorruptLog, f, "'v2'")(log.checkHeader(2L))
+      // verify reads the live compact file once, run by run through its index: the header too
+      val report = io.batchlog.ops.Verify.run(spark, dir.getParent)
+      assert(!report.healthy && report.logErrors.exists(_.contains("'v2'")), report.logErrors)
       assertFails(BatchLogException.CorruptLog, f, "'v2'")(log.add(5L, entriesOf(5L)))
       assert(!new File(dir, "5.compact").exists())
       overwrite(f, Seq.empty)
