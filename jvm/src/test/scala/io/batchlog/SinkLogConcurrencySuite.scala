@@ -60,6 +60,40 @@ class SinkLogConcurrencySuite extends SparkSessionTestBase {
     }
   }
 
+  test("a read of one listing (verify's) starts over when a compaction deleted what it listed") {
+    withTempDir { root =>
+      val dir = metaDir(root)
+      withSQLConf(
+        CompactIntervalKey -> "3",
+        MinBatchesToRetainKey -> "2",
+        CleanupDelayKey -> "0"
+      ) {
+        val writer = ours(dir)
+        def advance(from: Long, to: Long): Unit =
+          (from to to).foreach(b => assert(writer.add(b, entriesOf(b))))
+        def upTo(b: Long) = (0L to b).flatMap(entriesOf(_)).toSet
+        advance(0L, 3L)
+        // listed 2.compact + 3; then the writer compacts at 5 and 8 and deletes everything below 5
+        val reader = BatchTaggedFileStreamSinkLog.listedOnce(spark, root.toString)
+        assert(reader.getLatestBatchId().contains(3L))
+        advance(4L, 8L)
+        assert(!new File(dir, "2.compact").exists() && !new File(dir, "3").exists())
+        val seen = scala.collection.mutable.ArrayBuffer.empty[SinkLogEntry]
+        val checked = reader.foreachLiveEntryChecked(64L << 20)((e, sound) => if (sound) seen += e)
+        assert(seen.size === upTo(8L).size && seen.toSet === upTo(8L))
+        assert(checked.map(_._1).contains(8L))
+        // a file missing without a newer compaction is an error, not a retry
+        val stale = BatchTaggedFileStreamSinkLog.listedOnce(spark, root.toString)
+        assert(stale.getLatestBatchId().contains(8L) && stale.interval == 3)
+        assert(new File(dir, "8.compact").delete())
+        new File(dir, ".8.compact.crc").delete()
+        val e = intercept[BatchLogException](stale.foreachLiveEntryChecked(64L << 20)((_, _) => ()))
+        assert(e.code === BatchLogException.MissingLogFile)
+        assert(e.getMessage.contains("_spark_metadata/8.compact "), e.getMessage)
+      }
+    }
+  }
+
   // ---- only the next batch ---------------------------------------------------------------------
 
   test("the log accepts only the batch after its latest; an empty log accepts any") {

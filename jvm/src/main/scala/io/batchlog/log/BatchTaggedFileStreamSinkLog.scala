@@ -48,7 +48,7 @@ class BatchTaggedFileStreamSinkLog(
     sparkSession: SparkSession,
     path: String,
     retentionMs: Long = Long.MaxValue,
-    listing: Option[ListedOnce] = None
+    private[log] val listing: Option[ListedOnce] = None
 ) extends CompactibleFileStreamLog[SinkLogEntry](LogFormat.Version, sparkSession, path)
     with CompactIndexReads
     with StreamingCompaction {

@@ -366,9 +366,35 @@ trait CompactIndexReads extends Logging { self: BatchTaggedFileStreamSinkLog =>
    * The live entries as [[foreachLiveEntry]] gives them, each with whether it may be trusted
    * (false: it is in a run of the live compact file that does not match its CRC32C), and the check
    * of the live compact file's index and runs, made in the same read of it ([[checkIndexReading]]):
-   * None without a compact file.
+   * None without a compact file. A log file found gone before any entry was handed (a concurrent
+   * compaction's cleanup) starts the read over from the newer compaction, listed again, as
+   * [[foreachLiveEntry]] does.
    */
   def foreachLiveEntryChecked(keepUpTo: Long)(
+      fn: (SinkLogEntry, Boolean) => Unit
+  ): Option[(Long, IndexCheck)] = {
+    var delivered = false
+    var latest = getLatestBatchId().getOrElse(-1L)
+    var result: Option[(Long, IndexCheck)] = None
+    var done = false
+    while (!done) {
+      try {
+        result = liveEntriesChecked(latest, keepUpTo) { (e, sound) =>
+          delivered = true; fn(e, sound)
+        }
+        done = true
+      } catch {
+        case e: BatchLogException if e.code == BatchLogException.MissingLogFile && !delivered =>
+          val expectedMinLatest = nextCompactionBatchId(latest, interval)
+          listing.foreach(_.relist())
+          latest = getLatestBatchId().getOrElse(-1L)
+          if (latest < expectedMinLatest) throw e
+      }
+    }
+    result
+  }
+
+  private def liveEntriesChecked(latest: Long, keepUpTo: Long)(
       fn: (SinkLogEntry, Boolean) => Unit
   ): Option[(Long, IndexCheck)] = {
     val now = System.currentTimeMillis()
@@ -377,7 +403,8 @@ trait CompactIndexReads extends Logging { self: BatchTaggedFileStreamSinkLog =>
       val resolved = if (e.batchId.isDefined) e else e.copy(batchId = batchOf(e, id))
       if (shouldRetain(resolved, now)) fn(resolved, sound)
     }
-    liveLogBatchIds().foreach { id =>
+    val ids = if (latest < 0) Nil else getAllValidBatches(latest, interval)
+    ids.foreach { id =>
       if (!isCompactFile(id)) foreachEntryIn(id) { e => if (shouldRetain(e, now)) fn(e, true) }
       else {
         val file = batchIdToPath(id).toString

@@ -47,6 +47,13 @@ final class ListedOnce(underlying: CheckpointFileManager, fs: FileSystem, dirs: 
         } catch { case _: FileNotFoundException => None }
     )
 
+  /**
+   * Forgets every listing: the next read lists again. For a reader that found a listed log file
+   * gone (a concurrent compaction's cleanup) and starts over from the newer compaction, as Spark's
+   * reader does.
+   */
+  def relist(): Unit = listings.clear()
+
   /** Whether `p` lies directly in a directory this view lists once. */
   def covers(p: Path): Boolean = p.getParent != null && covered(keyOf(p.getParent))
 
