@@ -297,11 +297,7 @@ trait CompactIndexReads extends Logging { self: BatchTaggedFileStreamSinkLog =>
       CompactIndex.load(reads, CompactIndex.pathOf(file), status) match {
         case None => IndexCheck.Unused(CompactIndex.AbsentReason)
         case Some(Left(why)) => IndexCheck.Unused(why)
-        case Some(Right(index)) =>
-          damagedRuns(compactId, index) match {
-            case Nil => IndexCheck.Sound
-            case runs => IndexCheck.Damaged(index, runs)
-          }
+        case Some(Right(index)) => runsChecked(compactId, index)
       }
     }
   }
@@ -325,7 +321,7 @@ trait CompactIndexReads extends Logging { self: BatchTaggedFileStreamSinkLog =>
           case None => (Some(IndexCheck.Unused(CompactIndex.AbsentReason)), false)
           case Some(Left(why)) => (Some(IndexCheck.Unused(why)), false)
           case Some(Right(index)) if index.runs.exists(_.length > keepUpTo) =>
-            (checkIndex(compactId), false)
+            (Some(runsChecked(compactId, index)), false)
           case Some(Right(index)) =>
             val damaged = Seq.newBuilder[IndexRun]
             var lineNo = 1L // the header's
@@ -425,6 +421,13 @@ trait CompactIndexReads extends Logging { self: BatchTaggedFileStreamSinkLog =>
     }
     check
   }
+
+  /** The check of compact file `compactId` against its proved `index`: sound, or its damage. */
+  private def runsChecked(compactId: Long, index: CompactIndex): IndexCheck =
+    damagedRuns(compactId, index) match {
+      case Nil => IndexCheck.Sound
+      case runs => IndexCheck.Damaged(index, runs)
+    }
 
   /** Why the on-disk index of compact file `compactId` is not used, or the damage to the file. */
   def indexProblem(compactId: Long): Option[String] = checkIndex(compactId).collect {
