@@ -57,8 +57,8 @@ private[batchlog] object CompactCopy {
     (held.file, prev.etag) match {
       case (upload: ObjectStoreCopy.Upload, Some(etag)) =>
         return copyByStore(upload.copy(file, etag, _, _), prev, out, index, minBatch)
-      case (compose: GcsCompose.Upload, _) => // its source's status was proved instead
-        return copyByStore(compose.copy(file, _, _), prev, out, index, minBatch)
+      case (append: AppendUpload, _) => // its source's status was proved instead
+        return copyByStore(append.copy(file, _, _), prev, out, index, minBatch)
       case _ =>
     }
     val local = for {
@@ -74,9 +74,9 @@ private[batchlog] object CompactCopy {
 
   /**
    * The kept runs as stretches the store copies (`copy(offset, length)`: [[ObjectStoreCopy]], on
-   * the condition that the file still has the ETag its proved index records; [[GcsCompose]], whose
-   * source's status was proved): their bytes, and so their CRCs, are the ones the index proved; no
-   * byte passes through here.
+   * the condition that the file still has the ETag its proved index records; [[AppendUpload]] (GCS,
+   * Azure), whose source's status was proved): their bytes, and so their CRCs, are the ones the
+   * index proved; no byte passes through here.
    */
   private def copyByStore(
       copy: (Long, Long) => Unit,

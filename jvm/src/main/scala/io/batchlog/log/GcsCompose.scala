@@ -1,6 +1,6 @@
 package io.batchlog.log
 
-import java.io.{ByteArrayOutputStream, OutputStream}
+import java.io.ByteArrayOutputStream
 import java.lang.reflect.InvocationTargetException
 import java.util.UUID
 
@@ -60,61 +60,17 @@ private[log] object GcsCompose {
     "server-side compose (the previous compact file and an object of the new lines, joined by " +
       "the store with ifGenerationMatch=0; only new lines and the index through the driver)"
 
-  /** A compact file written by `compose`; `prev`: the previous compact file's proved status. */
-  final class Target private[GcsCompose] (fs: FileSystem, val file: Path)
-      extends StoreCompaction {
-    @volatile private var prev: Option[FileStatus] = None
-
-    /** The previous compact file, with the status its proved index records. */
-    def from(status: FileStatus): Target = { prev = Some(status); this }
-
-    def publish(fn: OutputStream => Unit): Unit = {
-      val source = prev.getOrElse(throw new ObjectStoreCopy.Failed(s"no source for $file", null))
-      val out = new Upload(fs, file, source)
-      fn(out)
-      out.complete()
-      ObjectStoreCopy.Stats.compactions.incrementAndGet()
-    }
+  /** A compact file written by `compose`. */
+  final class Target private[GcsCompose] (fs: FileSystem, file: Path) extends AppendTarget(file) {
+    protected def upload(prev: FileStatus): AppendUpload = new Upload(fs, file, prev)
   }
 
-  /**
-   * The compact file's bytes as the compaction writes them: the header, then (by [[copy]]) the
-   * previous compact file's runs, which the store joins, then the new lines, held here.
-   */
+  /** The previous compact file and an object of the new lines, composed ([[AppendUpload]]). */
   final class Upload private[GcsCompose] (fs: FileSystem, file: Path, prev: FileStatus)
-      extends OutputStream {
-    private val head = new ByteArrayOutputStream(LogFiles.HeaderBytes.length)
-    private val tail = new ByteArrayOutputStream(1 << 16)
-    private var copied: Option[(Long, Long)] = None // offset, length of `prev` joined
+      extends AppendUpload(fs, file, prev) {
+    protected def verb: String = "compose"
 
-    override def write(b: Int): Unit = write(Array(b.toByte), 0, 1)
-    override def write(b: Array[Byte], off: Int, len: Int): Unit =
-      (if (copied.isEmpty) head else tail).write(b, off, len)
-
-    /** Bytes `[offset, offset + length)` of `source` come next; they must extend the stretch. */
-    def copy(source: Path, offset: Long, length: Long): Unit = copied match {
-      case None if fs.makeQualified(source) == prev.getPath && offset == CompactIndex.FirstOffset =>
-        copied = Some((offset, length))
-      case Some((o, l)) if tail.size == 0 && o + l == offset => copied = Some((o, l + length))
-      case _ =>
-        throw failed(s"bytes $offset+$length of $source are not the next of ${prev.getPath}")
-    }
-
-    private def failed(why: String, cause: Throwable = null) =
-      new ObjectStoreCopy.Failed(s"cannot compose $file: $why", cause)
-
-    /** The compose, or [[ObjectStoreCopy.Failed]] with nothing published (see the object). */
-    private[GcsCompose] def complete(): Unit = {
-      val whole = copied.exists { case (o, l) => o + l == prev.getLen }
-      if (!whole || !java.util.Arrays.equals(head.toByteArray, LogFiles.HeaderBytes)) {
-        throw failed(s"it is not ${prev.getPath} whole then new lines (retention dropped runs)")
-      }
-      val now =
-        try fs.getFileStatus(prev.getPath)
-        catch { case NonFatal(e) => throw failed(s"cannot read ${prev.getPath}'s status", e) }
-      if (now.getLen != prev.getLen || now.getModificationTime != prev.getModificationTime) {
-        throw failed(s"${prev.getPath} changed since its index was proved")
-      }
+    protected def join(now: FileStatus, tail: ByteArrayOutputStream): Unit = {
       val part = new Path(file.getParent, s".${file.getName}.${UUID.randomUUID()}.tmp")
       try {
         if (tail.size > 0) {
@@ -133,8 +89,6 @@ private[log] object GcsCompose {
             )
           case NonFatal(e) => throw failed("the compose failed", e)
         }
-        ObjectStoreCopy.Stats.bytesCopied.addAndGet(prev.getLen)
-        ObjectStoreCopy.Stats.bytesUploaded.addAndGet(tail.size.toLong)
       } finally if (tail.size > 0) {
           try fs.delete(part, false)
           catch { case NonFatal(_) => } // a name never read; vacuum's to remove

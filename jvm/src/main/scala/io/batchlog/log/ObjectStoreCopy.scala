@@ -143,6 +143,7 @@ private[batchlog] object ObjectStoreCopy extends Logging {
   def describe(fm: CheckpointFileManager, file: Path): String =
     (GcsCompose.target(fm, file), target(fm, file)) match {
       case (Right(_), _) => GcsCompose.Description
+      case (_, Left(_)) if AzureBlocks.target(fm, file).isRight => AzureBlocks.Description
       case (_, Right(_)) =>
         "server-side copy (a multipart upload: the previous compact file's kept runs copied by " +
           "the store, If-Match its recorded ETag; only new lines and the index through the driver)"

@@ -89,7 +89,8 @@ trait StreamingCompaction extends Logging { self: BatchTaggedFileStreamSinkLog =
   /**
    * The store-side copy for compaction `batchId`, without age retention, when the previous compact
    * file is large enough: on S3A with the SDK v2 client when its proved index records the ETag it
-   * still has; on GCS when its proved index records its status now. None: the client-side copy.
+   * still has; on GCS and Azure when its proved index records its status now. None: the client-side
+   * copy.
    */
   private def storeCopyFor(batchId: Long): Option[StoreCompaction] = {
     val prevId = batchId - interval
@@ -97,8 +98,9 @@ trait StreamingCompaction extends Logging { self: BatchTaggedFileStreamSinkLog =
       return None
     }
     val file = batchIdToPath(batchId)
-    GcsCompose.target(checkpointFileManager, file).toOption match {
-      case Some(compose) => return composeFrom(compose, prevId)
+    GcsCompose.target(checkpointFileManager, file).toOption
+      .orElse(AzureBlocks.target(checkpointFileManager, file).toOption) match {
+      case Some(append) => return appendFrom(append, prevId)
       case None =>
     }
     ObjectStoreCopy.target(checkpointFileManager, file).toOption.filter { _ =>
@@ -115,15 +117,16 @@ trait StreamingCompaction extends Logging { self: BatchTaggedFileStreamSinkLog =
   }
 
   /**
-   * `compose` from the previous compact file `prevId` if it is large enough and its index is proved
-   * against its status now (the status the compose checks again right before it runs).
+   * A join on the store ([[AppendUpload]]: GCS `compose`, Azure blocks) from the previous compact
+   * file `prevId` if it is large enough and its index is proved against its status now (the status
+   * the join checks again right before it runs).
    */
-  private def composeFrom(compose: GcsCompose.Target, prevId: Long): Option[StoreCompaction] =
+  private def appendFrom(append: AppendTarget, prevId: Long): Option[StoreCompaction] =
     statusOf(batchIdToPath(prevId)).filter(_.getLen >= serverSideMinBytes).filter {
       st =>
         try indexOf(prevId).matches(st)
         catch { case scala.util.control.NonFatal(_) => false }
-    }.map(st => compose.from(st))
+    }.map(st => append.from(st))
 
   private def compactOnce(
       batchId: Long,
