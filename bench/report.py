@@ -27,6 +27,12 @@ Figures = dict[tuple[str, str, int], list[float]]  # (measure, impl, entries) ->
 # s3_compaction.py: a compaction on moto or SeaweedFS, vanilla vs batchlog (server-side) vs a
 # client-side copy
 S3C = "s3 compaction "
+# store_compaction.py: a compaction on Azurite or fake-gcs-server, batchlog's vs the store's own
+# copy a compaction must make (its name, its floor impl)
+STORES_C = (
+    ("Azure", "azure compaction ", "store-block-copy"),
+    ("GCS", "gcs compaction ", "store-compose"),
+)
 
 # downstream.py: a stream over the sink, Spark's file source ("vanilla") vs the batchlog source
 DOWNSTREAM = "downstream "
@@ -43,6 +49,9 @@ DOWNSTREAM_COLUMNS = (
 
 # LookupBench (bench/run lookup): measures by number of batches, prefixed when loaded
 LOOKUP = "lookup "
+
+#: measures whose sizes are judged on their own, not in the table of sizes
+OWN_SIZES = (DOWNSTREAM, LOOKUP, S3C, *(p for _, p, _ in STORES_C))
 
 
 @dataclass(frozen=True)
@@ -163,9 +172,7 @@ def judge(fig: Figures) -> list[Line]:
             Line(target, f"{min(xs):,.2f} {unit}", spread(xs), f"< {goal} {unit}", min(xs) < goal)
         )
 
-    sizes = sorted(
-        {n for (m, _, n) in fig if n > 0 and not m.startswith((DOWNSTREAM, LOOKUP, S3C))}
-    )
+    sizes = sorted({n for (m, _, n) in fig if n > 0 and not m.startswith(OWN_SIZES)})
     for n in sizes:
         s = size(n)
         if get("last compaction", "vanilla", n):
@@ -307,6 +314,28 @@ def judge(fig: Figures) -> list[Line]:
                 None,
             )
         )
+    for store, pre, floor in STORES_C:
+        for n in sorted({n for (k, _, n) in fig if k.startswith(pre)}):
+            written = get(f"{pre}driver written MiB", "batchlog", n)
+            new_lines = get(f"{pre}new lines + index MiB", "batchlog", n)
+            if written and new_lines:
+                goal = min(new_lines) + 16
+                lines.append(
+                    Line(
+                        f"{store} compaction: bytes the driver wrote, {size(n)}",
+                        f"{min(written):,.2f} MiB (new lines + index {min(new_lines):,.2f} MiB)",
+                        spread(written),
+                        f"<= {goal:,.2f} MiB",
+                        min(written) <= goal,
+                    )
+                )
+            ratio(
+                f"{store} compaction wall time vs the store's {floor}, {size(n)}",
+                get(f"{pre}wall ms", "batchlog", n),
+                get(f"{pre}wall ms", floor, n),
+                1.25,
+            )
+            only_at(n, 1_000_000)
     latency = "commit latency (addBatch, median of a round)"
     if get(latency, "batchlog"):
         ratio(

@@ -353,25 +353,31 @@ def start_gcs(root: Path) -> tuple[subprocess.Popen[bytes], str]:
         )
     try:
         endpoint = _wait_ready(proc, ready, log, "fake-gcs-server and its fault step")
-        _GCS_FAULTS[endpoint] = faults
-        _GCS_LOGS[endpoint] = log
+        _FAULTS[endpoint] = faults
+        _LOGS[endpoint] = log
         return proc, endpoint
     except BaseException:
         stop_server(proc)
         raise
 
 
-#: The fault file of each GCS endpoint this process started (see ``servers/gcs_proxy.py``).
-_GCS_FAULTS: dict[str, Path] = {}
+#: The fault file of each endpoint with a fault step this process started (GCS, Azure: see
+#: ``servers/gcs_proxy.py``, ``servers/azure_proxy.py``).
+_FAULTS: dict[str, Path] = {}
 #: The request log of each.
-_GCS_LOGS: dict[str, Path] = {}
+_LOGS: dict[str, Path] = {}
 
 
-def gcs_requests() -> list[str]:
-    """``METHOD /path?query STATUS`` of every request this process's GCS server was sent, in
-    order (a lost answer's status: ``503/lost:<the store's>``)."""
-    [log] = [_GCS_LOGS[endpoint] for kind, (_, endpoint) in _SERVERS.items() if kind == "gcs"]
-    lines = log.read_text(errors="replace").splitlines()
+def _of(kind: str, files: dict[str, Path]) -> Path:
+    """The file of this process's server of ``kind`` (``gcs``, ``abfs``) in ``files``."""
+    [file] = [files[endpoint] for k, (_, endpoint) in _SERVERS.items() if k == kind]
+    return file
+
+
+def gcs_requests(kind: str = "gcs") -> list[str]:
+    """``METHOD /path?query STATUS`` of every request this process's GCS (or Azure: ``abfs``)
+    server was sent, in order (a lost answer's status: ``503/lost:<the store's>``)."""
+    lines = _of(kind, _LOGS).read_text(errors="replace").splitlines()
     return [
         f"{m.group(1)} {m.group(2)} {m.group(3)}"
         for m in map(re.compile(r'^"([A-Z]+) (\S+) HTTP/1\.1" (\S+)').match, lines)
@@ -382,8 +388,13 @@ def gcs_requests() -> list[str]:
 def inject_gcs(**faults: int | str) -> None:
     """Sets the faults of this process's GCS server (``lose_answer=REGEX``, ``fail_publish=``,
     see ``servers/gcs_proxy.py``); none: clears them."""
-    [file] = [_GCS_FAULTS[endpoint] for kind, (_, endpoint) in _SERVERS.items() if kind == "gcs"]
-    file.write_text(json.dumps(faults))
+    _of("gcs", _FAULTS).write_text(json.dumps(faults))
+
+
+def inject_abfs(**faults: int | str) -> None:
+    """Sets the faults of this process's Azurite (``lose_answer=REGEX``, ``fail_publish=``,
+    ``fail_copy=``, see ``servers/azure_proxy.py``); none: clears them."""
+    _of("abfs", _FAULTS).write_text(json.dumps(faults))
 
 
 def create_gcs_bucket(endpoint: str, name: str) -> None:
@@ -420,10 +431,37 @@ def gcs_fault_bucket(spark: SparkSession, retries: int = 1) -> Iterator[tuple[st
             hconf.set(key, before)
 
 
-def gcs_faults_seen() -> list[str]:
-    """``bucket/object status`` of each request the GCS server's fault step answered in place of
-    the store, in order."""
-    [file] = [_GCS_FAULTS[endpoint] for kind, (_, endpoint) in _SERVERS.items() if kind == "gcs"]
+@contextlib.contextmanager
+def abfs_fault_container(spark: SparkSession) -> Iterator[tuple[str, str]]:
+    """A new container on this process's Azurite: its ``abfs://`` URI and name. ABFS retries a
+    failed request up to 30 times, 3 to 30 s apart: the container's file systems, made in the
+    block (Hadoop caches one a container), retry once, 0.1 s later, so a test of a fault the
+    driver cannot get past takes seconds."""
+    name = f"faults-{uuid.uuid4().hex[:10]}"
+    hconf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
+    quick = {
+        "fs.azure.io.retry.max.retries": "1",
+        "fs.azure.io.retry.min.backoff.interval": "100",
+        "fs.azure.io.retry.backoff.interval": "100",
+        "fs.azure.io.retry.max.backoff.interval": "100",
+    }
+    before = {k: hconf.get(k) for k in quick}
+    for k, v in quick.items():
+        hconf.set(k, v)
+    try:
+        yield f"abfs://{name}@{ABFS_HOST}", name
+    finally:
+        for k, v in before.items():
+            if v is None:
+                hconf.unset(k)
+            else:
+                hconf.set(k, v)
+
+
+def gcs_faults_seen(kind: str = "gcs") -> list[str]:
+    """``bucket/object status`` of each request the GCS (or Azure: ``abfs``) server's fault step
+    answered in place of the store, in order."""
+    file = _of(kind, _FAULTS)
     seen = file.with_name(file.name + ".lost")
     return seen.read_text().splitlines() if seen.exists() else []
 
@@ -465,9 +503,11 @@ def abfs_conf(endpoint: str) -> dict[str, str]:
 AZURITE = REPO / ".tools" / "azurite" / "node_modules" / ".bin" / "azurite-blob"
 
 
-def start_azurite(root: Path) -> tuple[subprocess.Popen[bytes], str]:
+def start_azurite(root: Path, faults: bool = True) -> tuple[subprocess.Popen[bytes], str]:
     """Starts Azurite's blob service on a free loopback port, in its own process group, its
-    data in ``root``; returns the process and its endpoint ``127.0.0.1:<port>``."""
+    data in ``root``; with ``faults``, behind the fault step ``servers/azure_proxy.py`` (both in
+    one process group; faults injected with :func:`inject_abfs`, requests logged in
+    ``root/requests.log``). Returns the process and the endpoint ``127.0.0.1:<port>``."""
     if not AZURITE.exists():
         pytest.fail(f"{AZURITE} is missing: run `dev/setup` in {REPO}", pytrace=False)
     root.mkdir(parents=True, exist_ok=True)
@@ -475,6 +515,26 @@ def start_azurite(root: Path) -> tuple[subprocess.Popen[bytes], str]:
     log = root / "azurite.log"
     args = ["--blobHost", "127.0.0.1", "--blobPort", str(port), "--location", str(root / "data")]
     args += ["--skipApiVersionCheck", "--loose", "--silent"]
+    if faults:
+        fault_file, ready, requests = root / "faults.json", root / "ready", root / "requests.log"
+        fault_file.write_text("{}")
+        step = [sys.executable, str(REPO / "tests" / "servers" / "azure_proxy.py")]
+        step += [f"http://127.0.0.1:{port}", str(ready), str(fault_file), "--"]
+        with open(requests, "wb") as out:
+            proc = subprocess.Popen(
+                [*step, str(AZURITE), *args],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        try:
+            endpoint = _wait_ready(proc, ready, requests, "Azurite and its fault step")
+        except BaseException:
+            stop_server(proc)
+            raise
+        _FAULTS[endpoint] = fault_file
+        _LOGS[endpoint] = requests
+        return proc, endpoint
     with open(log, "wb") as out:
         proc = subprocess.Popen(
             [str(AZURITE), *args], stdout=out, stderr=subprocess.STDOUT, start_new_session=True

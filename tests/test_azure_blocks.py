@@ -20,7 +20,13 @@ import pytest
 from compaction_support import BIG, Log, build, delta, stats
 from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
-from storage_support import abfs  # noqa: F401  (the fixture)
+from storage_support import (  # noqa: F401  (abfs: the fixture)
+    ABFS_CONTAINER,
+    abfs,
+    gcs_faults_seen,
+    gcs_requests,
+    inject_abfs,
+)
 
 
 @pytest.fixture(scope="module")
@@ -32,8 +38,19 @@ def expected(spark: SparkSession, abfs: str) -> bytes:  # noqa: F811  (the fixtu
 
 
 @pytest.fixture
-def root(abfs: str) -> str:  # noqa: F811  (the fixture)
-    return f"{abfs}/t-{uuid.uuid4().hex[:8]}"
+def root(abfs: str) -> Iterator[str]:  # noqa: F811  (the fixture)
+    """A new folder of the container, no faults before or after."""
+    inject_abfs()
+    yield f"{abfs}/t-{uuid.uuid4().hex[:8]}"
+    inject_abfs()
+
+
+def _commits(root: str) -> list[str]:
+    """The status of each Put Block List of ``5.compact`` under ``root`` the fault step saw."""
+    blob = f"/{ABFS_CONTAINER}/{root.rsplit('/', 1)[1]}/out/_spark_metadata/5.compact?"
+    return [
+        r.rsplit(" ", 1)[1] for r in gcs_requests("abfs") if blob in r and "comp=blocklist" in r
+    ]
 
 
 @contextmanager
@@ -144,3 +161,38 @@ def test_a_range_of_a_file_that_changed_is_not_copied(spark: SparkSession, root:
     with pytest.raises(Py4JJavaError, match=r"Put Block From URL of .*2\.compact: 412"):
         blob.putBlockFromUrl(dest, block, source, 0, 100, jvm.scala.Some('"0x8D000000000000"'))
     blob.putBlockFromUrl(dest, block, source, 0, 100, etag)  # the file's own ETag: copied
+
+
+def test_a_block_list_applied_with_its_answer_lost_is_adopted_not_compacted_again(
+    spark: SparkSession, expected: bytes, root: str
+) -> None:
+    """The store commits ``5.compact``'s block list and answers 503: the request is sent again,
+    the store refuses it (409: the blob exists), and the log reads the file back, finds its own
+    bytes, and publishes no second compaction through the driver."""
+    folder = root.rsplit("/", 1)[1]
+    inject_abfs(lose_answer=rf"^{ABFS_CONTAINER}/{folder}/out/_spark_metadata/5\.compact$")
+    before = stats(spark)
+    log = build(spark, f"{root}/out", server_side=True)
+    d = delta(before, stats(spark))
+    assert log.bytes_of("5.compact") == expected
+    assert d["compactions"] == 0 and d["fallbacks"] == 0, d  # adopted: read back, not counted
+    assert _commits(root) == ["503/lost:201", "409"]
+    assert f"{ABFS_CONTAINER}/{folder}/out/_spark_metadata/5.compact 201" in gcs_faults_seen("abfs")
+    assert log.spark_entries() == 2 * BIG + (40 + 3) + (40 + 4)
+
+
+def test_a_block_copy_that_fails_unapplied_falls_back_to_the_client_path(
+    spark: SparkSession, expected: bytes, root: str
+) -> None:
+    """Every Put Block From URL into ``5.compact`` fails (503) and is never applied: nothing was
+    committed, so the compaction runs again on the client side, which writes the same bytes."""
+    folder = root.rsplit("/", 1)[1]
+    inject_abfs(fail_copy=rf"^{ABFS_CONTAINER}/{folder}/out/_spark_metadata/5\.compact$")
+    before = stats(spark)
+    log = build(spark, f"{root}/out", server_side=True)
+    d = delta(before, stats(spark))
+    assert log.bytes_of("5.compact") == expected
+    assert d["fallbacks"] == 1 and d["compactions"] == 0, d
+    assert _commits(root) == []
+    seen = gcs_faults_seen("abfs")
+    assert seen.count(f"{ABFS_CONTAINER}/{folder}/out/_spark_metadata/5.compact not-applied") == 3

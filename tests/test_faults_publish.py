@@ -33,9 +33,11 @@ from reliability_support import (
     spark_submit,
     write_input,
 )
-from storage_support import (  # noqa: F401  (gcs, hdfs: the fixtures)
+from storage_support import (  # noqa: F401  (abfs, gcs, hdfs: the fixtures)
     RemoteFs,
     Store,
+    abfs,
+    abfs_fault_container,
     await_on_store,
     expected,
     faulty_s3,
@@ -43,6 +45,7 @@ from storage_support import (  # noqa: F401  (gcs, hdfs: the fixtures)
     gcs_fault_bucket,
     gcs_faults_seen,
     hdfs,
+    inject_abfs,
     inject_gcs,
     rows,
     rows_of,
@@ -422,6 +425,71 @@ def test_on_gcs_a_publish_failing_unapplied_keeps_its_files_and_the_restart_comm
         finally:
             inject_gcs()
         assert f"{bucket}/out/_spark_metadata/3 not-applied" in gcs_faults_seen()
+        assert batchlog.SinkLog(spark, out).batches() == [0, 1, 2]
+        kept = batchlog.verify(spark, out)
+        assert kept.healthy and {o.batch_id for o in kept.orphans} == {3}
+        with session_conf(spark, S3_CONFS):
+            fs = RemoteFs(spark, out)
+            assert run_query(spark, fs, tmp_path / "in", out, chk, False) == [3, 4, 5, 6]
+        assert rows(spark, out) == expected(range(BATCHES))
+        vacuumed = batchlog.vacuum(spark, out, older_than="0s", dry_run=False)
+        assert vacuumed.deleted_files == kept.orphan_count
+        assert batchlog.verify(spark, out).orphan_count == 0
+        assert rows(spark, out) == expected(range(BATCHES))
+
+
+# ---- Azure Blob (abfs://): Azurite behind ``servers/azure_proxy.py``'s fault step ----
+
+
+def test_on_abfs_a_rename_applied_with_its_answer_lost_commits_the_batch_once(
+    spark: SparkSession,
+    abfs: str,  # noqa: F811  (the fixture)
+    tmp_path: Path,
+) -> None:
+    """Batch file 3 and compact file 5 are each a temp file renamed by a Copy Blob with
+    ``If-None-Match: *``: the store applies the copy and answers 503; ABFS sends it again and the
+    store refuses it (the blob exists). The log reads the file back, finds its own bytes and
+    commits each batch once; the query goes on and plain Spark's reader sees every row once."""
+    with abfs_fault_container(spark) as (root, container):
+        out, chk = f"{root}/out", f"{root}/chk"
+        inject_abfs(lose_answer=rf"^{container}/out/_spark_metadata/(3|5\.compact)$")
+        try:
+            with session_conf(spark, S3_CONFS):
+                assert _run_on_s3(spark, tmp_path, out, chk) == list(range(BATCHES))
+        finally:
+            inject_abfs()
+    seen = [line for line in gcs_faults_seen("abfs") if line.startswith(f"{container}/")]
+    assert seen == [
+        f"{container}/out/_spark_metadata/3 202",
+        f"{container}/out/_spark_metadata/5.compact 202",
+    ], seen
+    for b in (3, 5):
+        _assert_committed_once(spark, out, b)
+
+
+def test_on_abfs_a_publish_failing_unapplied_keeps_its_files_and_the_restart_commits_it_once(
+    spark: SparkSession,
+    abfs: str,  # noqa: F811  (the fixture)
+    tmp_path: Path,
+) -> None:
+    """Batch file 3's Copy Blob is answered 503 every time and never applied: the batch fails
+    with COMMIT_OUTCOME_UNKNOWN and keeps its data files (orphans, in no log); the restart
+    commits it once, and vacuum removes the orphans."""
+    with abfs_fault_container(spark) as (root, container):
+        out, chk = f"{root}/out", f"{root}/chk"
+        drop_inputs(tmp_path / "in", {b: rows_of(b) for b in range(BATCHES)})
+        inject_abfs(fail_publish=rf"^{container}/out/_spark_metadata/3$")
+        try:
+            with session_conf(spark, S3_CONFS):
+                query = start_query(spark, tmp_path / "in", out, chk, stateful=False)
+                with pytest.raises(
+                    batchlog.CommitOutcomeUnknownError,
+                    match="the store does not show the file now",
+                ):
+                    batchlog.await_query(query)
+        finally:
+            inject_abfs()
+        assert f"{container}/out/_spark_metadata/3 not-applied" in gcs_faults_seen("abfs")
         assert batchlog.SinkLog(spark, out).batches() == [0, 1, 2]
         kept = batchlog.verify(spark, out)
         assert kept.healthy and {o.batch_id for o in kept.orphans} == {3}

@@ -38,10 +38,11 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlencode, urlparse
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # a script, or imported as servers.*
+from relay import Answer, Relay, answers, publish_ready  # noqa: E402
 
 #: A JSON API error as GCS answers it.
 _UNAVAILABLE = json.dumps(
@@ -61,15 +62,12 @@ _PRECONDITION = json.dumps(
     }
 ).encode()
 
-#: Headers that describe one hop's connection, not the message.
-_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "te", "trailer"}
-
 
 def serve(upstream: str, ready: Path, faults: Path, command: list[str]) -> None:
     up = urlparse(upstream)
     child = subprocess.Popen(command)
     deadline = time.monotonic() + 60
-    while not _answers(f"{upstream}/storage/v1/b"):
+    while not answers(f"{upstream}/storage/v1/b"):
         if child.poll() is not None or time.monotonic() > deadline:
             raise SystemExit(f"gcs_proxy.py: {command[0]} did not start")
         time.sleep(0.1)
@@ -98,59 +96,18 @@ def serve(upstream: str, ready: Path, faults: Path, command: list[str]) -> None:
             return f"{m.group(1)}/{unquote(m.group(2))}"
         return None
 
-    class Step(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+    class Step(Relay):
+        upstream_host = up.hostname or "127.0.0.1"
+        upstream_port = up.port or 80
 
-        def log_message(self, fmt: str, *args: object) -> None:  # the request log: stderr
-            pass
-
-        def _body(self) -> bytes:
-            if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
-                out = bytearray()
-                while True:
-                    size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
-                    if size == 0:
-                        while self.rfile.readline() not in (b"\r\n", b"\n", b""):
-                            pass
-                        return bytes(out)
-                    out += self.rfile.read(size)
-                    self.rfile.readline()
-            return self.rfile.read(int(self.headers.get("Content-Length") or 0))
-
-        def _answer(self, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
-            self.send_response(status)
-            for k, v in headers:
-                if k.lower() not in _HOP:
-                    self.send_header(k, v)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.write(body)
-
-        def _forward(self, body: bytes) -> tuple[int, list[tuple[str, str]], bytes]:
-            conn = http.client.HTTPConnection(up.hostname, up.port, timeout=120)
-            try:
-                headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP}
-                headers["Host"] = up.netloc
-                conn.request(self.command, self.path, body=body or None, headers=headers)
-                r = conn.getresponse()
-                data = r.read()
-                me = f"http://{self.server.server_address[0]}:{self.server.server_address[1]}"
-                out = [(k, v.replace(upstream, me)) for k, v in r.getheaders()]
-                return r.status, out, data
-            finally:
-                conn.close()
-
-        def _forward_checked(
-            self, body: bytes, path: str, query: dict[str, list[str]]
-        ) -> tuple[int, list[tuple[str, str]], bytes]:
+        def _forward_checked(self, body: bytes, path: str, query: dict[str, list[str]]) -> Answer:
             """Forwards the request; a ``compose`` with ``ifGenerationMatch=0`` onto an object
             that exists is refused (412) here, as GCS refuses it: fake-gcs-server ignores the
             condition (v1.56.1 composes with no conditions). Composes run one at a time, so the
             check and the compose are one step for them."""
             m = re.match(r"^/storage/v1/b/([^/]+)/o/(.+)/compose$", path)
             if not (m and self.command == "POST" and query.get("ifGenerationMatch") == ["0"]):
-                return self._forward(body)
+                return self.forward(body)
             with compose_lock:
                 conn = http.client.HTTPConnection(up.hostname, up.port, timeout=60)
                 try:
@@ -160,10 +117,10 @@ def serve(upstream: str, ready: Path, faults: Path, command: list[str]) -> None:
                     conn.close()
                 if exists:
                     return 412, [("Content-Type", "application/json")], _PRECONDITION
-                return self._forward(body)
+                return self.forward(body)
 
-        def _handle(self) -> None:
-            body = self._body()
+        def handle_one(self) -> None:
+            body = self.body()
             url = urlparse(self.path)
             query = parse_qs(url.query)
             name = target(self.command, url.path, query, body)
@@ -191,7 +148,7 @@ def serve(upstream: str, ready: Path, faults: Path, command: list[str]) -> None:
                         status = f"503/lost:{answer[0]}"
                         answer = (503, [("Content-Type", "application/json")], _UNAVAILABLE)
             print(f'"{self.command} {self.path} HTTP/1.1" {status}', file=sys.stderr, flush=True)
-            self._answer(*answer)
+            self.answer(*answer)
 
         def _second_writer(self, name: str) -> None:
             """Puts :data:`SECOND_WRITER` at ``bucket/object`` (a media upload upstream) if there
@@ -222,23 +179,7 @@ def serve(upstream: str, ready: Path, faults: Path, command: list[str]) -> None:
             with lock, open(lost_file, "a") as out:
                 out.write(f"{name} {what}\n")
 
-        do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = _handle
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Step)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    tmp = ready.with_name(ready.name + ".tmp")
-    tmp.write_text(f"http://127.0.0.1:{server.server_address[1]}")
-    tmp.rename(ready)  # the reader never sees a half-written file
-    while True:
-        time.sleep(3600)
-
-
-def _answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as r:
-            return bool(r.status == 200)
-    except OSError:
-        return False
+    publish_ready(Step, ready)
 
 
 def _multipart_name(body: bytes) -> str | None:
