@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from support import GCS_CLASSPATH, QUERY_TIMEOUT_S, REPO, S3A_CLASSPATH
+from support import ABFS_CLASSPATH, GCS_CLASSPATH, QUERY_TIMEOUT_S, REPO, S3A_CLASSPATH
 
 APP = REPO / "tests" / "apps" / "plain_reader.py"
 PREFIX = "PLAIN-READER "
@@ -90,7 +90,7 @@ class PlainReader:
         self.close()
         self._log = tempfile.TemporaryFile()
         self._proc = subprocess.Popen(
-            [sys.executable, str(APP), f"{S3A_CLASSPATH}:{GCS_CLASSPATH}"],
+            [sys.executable, str(APP), f"{S3A_CLASSPATH}:{GCS_CLASSPATH}:{ABFS_CLASSPATH}"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._log,

@@ -368,6 +368,11 @@ _FAULTS: dict[str, Path] = {}
 _LOGS: dict[str, Path] = {}
 
 
+def endpoint_of(kind: str) -> str:
+    """The endpoint of this process's server of ``kind`` (``s3``, ``gcs``, ``abfs``)."""
+    return _SERVERS[kind][1]
+
+
 def _of(kind: str, files: dict[str, Path]) -> Path:
     """The file of this process's server of ``kind`` (``gcs``, ``abfs``) in ``files``."""
     [file] = [files[endpoint] for k, (_, endpoint) in _SERVERS.items() if k == kind]
@@ -553,7 +558,7 @@ class StoreServer:
     """An object store's test server a script started (``bench/``): S3 (moto) or GCS
     (fake-gcs-server behind its fault step), with what a process needs to reach it."""
 
-    kind: str  # "s3" or "gcs"
+    kind: str  # "s3", "gcs" or "abfs"
     endpoint: str
     proc: subprocess.Popen[bytes]
     root: Path
@@ -569,7 +574,10 @@ class StoreServer:
         return self.root / "requests.log"
 
     def bucket(self, name: str) -> str:
-        """Creates bucket ``name``: its URI (``s3a://name``, ``gs://name``)."""
+        """Creates bucket ``name``: its URI (``s3a://name``, ``gs://name``; on ``abfs://``, a
+        container ABFS creates on first use)."""
+        if self.kind == "abfs":
+            return f"abfs://{name}@{ABFS_HOST}"
         if self.kind == "gcs":
             create_gcs_bucket(self.endpoint, name)
             return f"gs://{name}"
@@ -579,11 +587,15 @@ class StoreServer:
     @property
     def hadoop(self) -> dict[str, str]:
         """The Hadoop settings that reach the store."""
+        if self.kind == "abfs":
+            return abfs_conf(self.endpoint)
         return gcs_conf(self.endpoint) if self.kind == "gcs" else s3a_conf(self.endpoint)
 
     @property
     def classpath(self) -> str:
         """The connector's jars (a driver class path)."""
+        if self.kind == "abfs":
+            return ABFS_CLASSPATH
         return GCS_CLASSPATH if self.kind == "gcs" else S3A_CLASSPATH
 
     def stop(self) -> None:
@@ -591,10 +603,12 @@ class StoreServer:
 
 
 def start_store(kind: str, root: Path, faults: bool = True) -> StoreServer:
-    """Starts the test server of ``kind`` (``s3``, ``gcs``) in ``root``; on S3 with its fault
-    step if ``faults`` (GCS always has one)."""
+    """Starts the test server of ``kind`` (``s3``, ``gcs``, ``abfs``) in ``root``; on S3 with its
+    fault step if ``faults`` (GCS and Azure always have one: it logs their requests)."""
     root.mkdir(parents=True, exist_ok=True)
-    if kind == "gcs":
+    if kind == "abfs":
+        proc, endpoint = start_azurite(root)
+    elif kind == "gcs":
         proc, endpoint = start_gcs(root)
     else:
         fault_file = root / "faults.json"

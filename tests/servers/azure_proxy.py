@@ -21,6 +21,9 @@ request to a blob (``container/name``) a regex matches (``re.search``), of two k
   answer. With ``"lose_answer_times": N`` the first N are.
 - ``"fail_publish": REGEX``: every matching publish is answered 503 without being forwarded.
 - ``"fail_copy": REGEX``: every block copy into a matching blob is answered 503, not forwarded.
+- ``"stall_publish": REGEX``: a matching publish is never answered (it is held until its client is
+  gone: a driver killed while it waits); with ``"stall_apply": true`` it is forwarded first
+  (applied), else not. Noted as ``stalled:<upstream status or not-applied>``.
 
 Each fault appends ``container/name <upstream status or not-applied>`` to ``<FAULTS_FILE>.lost``;
 a lost answer is logged with status ``503/lost:<upstream status>``.
@@ -89,6 +92,17 @@ def serve(upstream: str, ready: Path, faults: Path, command: list[str]) -> None:
             name = unquote(parts[2]) if kind and len(parts) == 3 else None
             f = json.loads(faults.read_text() or "{}") if name and faults.exists() else {}
             status: int | str
+            stall = f.get("stall_publish") if kind == "publish" else None
+            if name and stall and re.search(stall, name):
+                what = str(self.forward(body)[0]) if f.get("stall_apply") else "not-applied"
+                self.note(name, f"stalled:{what}")
+                print(
+                    f'"{self.command} {self.path} HTTP/1.1" stalled:{what}',
+                    file=sys.stderr,
+                    flush=True,
+                )
+                self.hold()
+                return
             fail = f.get("fail_publish") if kind == "publish" else f.get("fail_copy")
             if name and fail and re.search(fail, name):
                 self.note(name, "not-applied")

@@ -24,6 +24,9 @@ names (JSON, read at each request; ``{}``: none), each on the request that *publ
   ``"fail_compose": REGEX``: the same, for composes only.
 - ``"publish_before_compose": REGEX``: before a compose of a matching object, :data:`SECOND_WRITER`
   is uploaded there if nothing is: a second writer that published the same log file first.
+- ``"stall_compose": REGEX``: a compose of a matching object is never answered (it is held until
+  its client is gone: a driver killed while it waits); with ``"stall_apply": true`` it is
+  forwarded first (applied), else not. Noted as ``stalled:<upstream status or not-applied>``.
 
 Each fault appends ``bucket/object <upstream status or not-applied>`` to ``<FAULTS_FILE>.lost``;
 a lost answer is logged with status ``503/lost:<upstream status>``.
@@ -131,6 +134,19 @@ def serve(upstream: str, ready: Path, faults: Path, command: list[str]) -> None:
             if compose and name and f.get("publish_before_compose"):
                 if re.search(f["publish_before_compose"], name):
                     self._second_writer(name)
+            stall = f.get("stall_compose") if compose else None
+            if stall and name and re.search(stall, name):
+                what = "not-applied"
+                if f.get("stall_apply"):
+                    what = str(self._forward_checked(body, url.path, query)[0])
+                self._note(name, f"stalled:{what}")
+                print(
+                    f'"{self.command} {self.path} HTTP/1.1" stalled:{what}',
+                    file=sys.stderr,
+                    flush=True,
+                )
+                self.hold()
+                return
             if fail and name and re.search(fail, name):
                 self._note(name, "not-applied")
                 status, answer = 503, (503, [("Content-Type", "application/json")], _UNAVAILABLE)

@@ -80,6 +80,21 @@ class Relay(BaseHTTPRequestHandler):
         finally:
             conn.close()
 
+    def hold(self) -> None:
+        """Never answers this request: it waits until its client is gone (a killed driver), then
+        closes the connection."""
+        self.close_connection = True
+        self.connection.settimeout(1.0)
+        deadline = time.monotonic() + 900
+        while time.monotonic() < deadline:
+            try:
+                if self.connection.recv(1) == b"":
+                    return  # the client closed its end
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+
     def _handle(self) -> None:
         self.handle_one()
 
