@@ -19,12 +19,14 @@ per-batch split shows what that saves (issue 24, benchmark 3).
 With ``--store gcs`` the same runs go to fake-gcs-server through Google's connector, behind
 ``tests/servers/gcs_proxy.py``, which logs each request alike (its JSON API's requests are named
 as S3's: an object list is a LIST, a metadata read a HEAD, a download a GET, an upload's requests
-a POST and a PUT, a compose a POST).
+a POST and a PUT, a compose a POST). With ``--store abfs``, to Azurite through Hadoop's ABFS
+driver (Blob API), behind ``tests/servers/azure_proxy.py`` (a blob listing is a LIST; a block, a
+block list and a Copy Blob each a PUT).
 
 Goals (issue 13): ``files(b)`` and ``batch_of`` at most 4 requests and no LIST; the commit path at
 most vanilla + 1 request per batch; a compaction at most vanilla + 3.
 
-Usage: python bench/requests.py [--store s3|gcs] [--batches 25] [--interval 10] [--json FILE]
+Usage: python bench/requests.py [--store s3|gcs|abfs] [--batches 25] [--interval 10] [--json FILE]
 """
 
 from __future__ import annotations
@@ -91,6 +93,8 @@ class RequestLog:
             path, _, query = target.partition("?")
             if path.startswith(("/storage/v1/", "/upload/storage/v1/", "/download/storage/v1/")):
                 out.append(_gcs(method, path, query))
+            elif path.startswith("/devstoreaccount1"):
+                out.append(_azure(method, path, query))
             elif method == "GET" and "list-type" in query:
                 prefix = re.search(r"prefix=([^&]*)", query)
                 out.append(("LIST", prefix.group(1) if prefix else ""))
@@ -112,6 +116,18 @@ def _gcs(method: str, path: str, query: str) -> tuple[str, str]:
     name = unquote(m.group(1)) if m else unquote(path)
     if method == "GET" and not path.startswith("/download/") and "alt=media" not in query:
         return "HEAD", name
+    return method, name
+
+
+def _azure(method: str, path: str, query: str) -> tuple[str, str]:
+    """A request of Azure's Blob API (path-style: ``/<account>/<container>/<blob>``) named as its
+    S3 counterpart, with its blob's name (a listing: its prefix)."""
+    from urllib.parse import parse_qs, unquote
+
+    q = parse_qs(query)
+    name = unquote(path.split("/", 3)[3]) if path.count("/") >= 3 else ""
+    if method == "GET" and q.get("comp") == ["list"]:
+        return "LIST", q.get("prefix", [""])[0]
     return method, name
 
 
@@ -143,7 +159,7 @@ HADOOP_CLOUD = ROOT / ".tools" / "storage" / "hadoop-cloud"
 
 
 def session(server: StoreServer) -> SparkSession:
-    classpath = server.classpath + ("" if server.kind == "gcs" else f":{HADOOP_CLOUD}/*")
+    classpath = server.classpath + (f":{HADOOP_CLOUD}/*" if server.kind == "s3" else "")
     builder = (
         batchlog.configure(SparkSession.builder)
         .master("local[2]")
@@ -236,7 +252,7 @@ def main() -> None:
     ap.add_argument("--batches", type=int, default=25)
     ap.add_argument("--interval", type=int, default=10)
     ap.add_argument("--json", type=Path)
-    ap.add_argument("--store", choices=["s3", "gcs"], default="s3")
+    ap.add_argument("--store", choices=["s3", "gcs", "abfs"], default="s3")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="batchlog-requests-"))
     server = start_store(args.store, work / args.store, faults=False)
@@ -250,7 +266,7 @@ def main() -> None:
             ("vanilla", VANILLA, None),
             ("batchlog", batchlog.COMMIT_PROTOCOL_CLASS, None),
         ]
-        if args.store == "gcs":
+        if args.store != "s3":
             pass  # hadoop-cloud's manager is for S3A
         elif list(HADOOP_CLOUD.glob("spark-hadoop-cloud_*.jar")):
             variants += [
