@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 import sys
 import time
 from collections.abc import Iterator, Mapping
@@ -56,6 +57,17 @@ def spark_submit() -> str:
     import pyspark
 
     return str(Path(pyspark.__file__).parent / "bin" / "spark-submit")
+
+
+def start_driver(cmd: list[str], log: Path) -> subprocess.Popen[bytes]:
+    """Starts a ``spark-submit`` command in its own process group (SIGKILL it with
+    ``os.killpg``), its output appended to ``log``, with this venv's Python for PySpark."""
+    env = dict(os.environ, PYSPARK_PYTHON=PYTHON, PYSPARK_DRIVER_PYTHON=PYTHON)
+    env.pop("PYSPARK_SUBMIT_ARGS", None)
+    with open(log, "ab") as f:
+        return subprocess.Popen(
+            cmd, stdout=f, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=REPO
+        )
 
 
 def write_input(inp: Path, first_file: int, n_files: int, rows_per_file: int) -> list[int]:

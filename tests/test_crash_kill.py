@@ -20,13 +20,12 @@ import pytest
 from reliability_support import (
     APPS,
     FAULT_MANAGER,
-    PYTHON,
-    REPO,
     batchlog,  # imported there, after <repo>/python is first on sys.path
     check_log,
     plain_read,
     poll,
     spark_submit,
+    start_driver,
     write_input,
 )
 
@@ -67,15 +66,6 @@ def _cmd(inp: Path, out: Path, chk: Path, jars: str, stall_compact: bool) -> lis
     for k, v in confs.items():
         cmd += ["--conf", f"{k}={v}"]
     return cmd + [str(APPS / "crash_stream_app.py"), str(inp), str(out), str(chk)]
-
-
-def _start(cmd: list[str], log: Path) -> subprocess.Popen[bytes]:
-    env = dict(os.environ, PYSPARK_PYTHON=PYTHON, PYSPARK_DRIVER_PYTHON=PYTHON)
-    env.pop("PYSPARK_SUBMIT_ARGS", None)
-    with open(log, "ab") as f:
-        return subprocess.Popen(
-            cmd, stdout=f, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=REPO
-        )
 
 
 def _names(d: Path) -> set[str]:
@@ -134,7 +124,7 @@ def test_sink_survives_sigkill_at_random_points(
             offsets_before = _names(chk / "offsets")
             meta_before = _names(out / "_spark_metadata")
             data_before = {f.name for f in out.glob("part=*/part-*")}
-            p = _start(_cmd(inp, out, chk, jars, stall_compact=mode == "mid-compaction"), log)
+            p = start_driver(_cmd(inp, out, chk, jars, stall_compact=mode == "mid-compaction"), log)
             # The random sleeps below choose *when* to kill (they wait for no event): each kill
             # lands at a random point after the event that was polled for.
             if mode == "mid-batch":

@@ -14,10 +14,11 @@ files the published log file lists: after the restart the batch was skipped and 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import batchlog
@@ -372,124 +373,70 @@ def test_a_cascade_on_s3_with_an_answer_lost_rewinds_every_hop_exactly_once(
         assert report_.healthy and report_.missing_count == 0, report_
 
 
-# ---- Google Cloud Storage: fake-gcs-server behind ``servers/gcs_proxy.py``'s fault step ----
+# ---- GCS and Azure: fake-gcs-server and Azurite, each behind its fault step ----
+# (``servers/gcs_proxy.py``, ``servers/azure_proxy.py``: the same fault names)
 
 
-def test_on_gcs_an_upload_applied_with_its_answer_lost_commits_the_batch_once(
-    spark: SparkSession,
-    gcs: str,  # noqa: F811  (the fixture)
-    tmp_path: Path,
-) -> None:
-    """Batch file 3 and compact file 5 are each one upload created with ``ifGenerationMatch=0``:
-    the store applies the upload's last request and answers 503; the connector's retry of it
-    fails too (fake-gcs-server no longer knows the finished upload; GCS would answer with the
-    object). The log reads the file back, finds its own bytes and commits each batch once; the
-    query goes on and plain Spark's reader sees every row once."""
-    with gcs_fault_bucket(spark) as (root, bucket):
-        out, chk = f"{root}/out", f"{root}/chk"
-        inject_gcs(lose_answer=rf"^{bucket}/out/_spark_metadata/(3|5\.compact)$")
+@contextlib.contextmanager
+def _cloud(
+    spark: SparkSession, request: pytest.FixtureRequest, kind: str
+) -> Iterator[tuple[str, str, Callable[..., None]]]:
+    """A new bucket (GCS) or container (Azure) whose file systems retry once: its URI, its name
+    and the fault setter of its server (faults cleared after)."""
+    request.getfixturevalue(kind)  # this process's server
+    inject = inject_gcs if kind == "gcs" else inject_abfs
+    place = gcs_fault_bucket if kind == "gcs" else abfs_fault_container
+    with place(spark) as (root, name):
         try:
-            with session_conf(spark, S3_CONFS):
-                assert _run_on_s3(spark, tmp_path, out, chk) == list(range(BATCHES))
+            yield root, name, inject
         finally:
-            inject_gcs()
-    seen = [line for line in gcs_faults_seen() if line.startswith(f"{bucket}/")]
-    assert seen == [
-        f"{bucket}/out/_spark_metadata/3 200",
-        f"{bucket}/out/_spark_metadata/5.compact 200",
-    ], seen
-    for b in (3, 5):
-        _assert_committed_once(spark, out, b)
+            inject()
 
 
-def test_on_gcs_a_publish_failing_unapplied_keeps_its_files_and_the_restart_commits_it_once(
-    spark: SparkSession,
-    gcs: str,  # noqa: F811  (the fixture)
-    tmp_path: Path,
+@pytest.mark.parametrize(("kind", "applied"), [("gcs", "200"), ("abfs", "202")])
+def test_on_a_cloud_store_a_publish_applied_with_its_answer_lost_commits_the_batch_once(
+    spark: SparkSession, request: pytest.FixtureRequest, tmp_path: Path, kind: str, applied: str
 ) -> None:
-    """Batch file 3's upload is answered 503 every time and never applied: the batch fails with
-    COMMIT_OUTCOME_UNKNOWN and keeps its data files (orphans, in no log); the restart commits it
-    once, and vacuum removes the orphans."""
-    with gcs_fault_bucket(spark) as (root, bucket):
+    """Batch file 3 and compact file 5 are each published once, on the condition that they do
+    not exist (GCS: one upload with ``ifGenerationMatch=0``; Azure: a temp file renamed by a Copy
+    Blob with ``If-None-Match: *``): the store applies the publish and answers 503. The connector's
+    retry fails or is refused (the file is there). The log reads the file back, finds its own
+    bytes and commits each batch once; the query goes on and plain Spark's reader sees every row
+    once."""
+    with _cloud(spark, request, kind) as (root, name, inject):
         out, chk = f"{root}/out", f"{root}/chk"
-        drop_inputs(tmp_path / "in", {b: rows_of(b) for b in range(BATCHES)})
-        inject_gcs(fail_publish=rf"^{bucket}/out/_spark_metadata/3$")
-        try:
-            with session_conf(spark, S3_CONFS):
-                query = start_query(spark, tmp_path / "in", out, chk, stateful=False)
-                with pytest.raises(
-                    batchlog.CommitOutcomeUnknownError,
-                    match="the store does not show the file now",
-                ):
-                    batchlog.await_query(query)
-        finally:
-            inject_gcs()
-        assert f"{bucket}/out/_spark_metadata/3 not-applied" in gcs_faults_seen()
-        assert batchlog.SinkLog(spark, out).batches() == [0, 1, 2]
-        kept = batchlog.verify(spark, out)
-        assert kept.healthy and {o.batch_id for o in kept.orphans} == {3}
+        inject(lose_answer=rf"^{name}/out/_spark_metadata/(3|5\.compact)$")
         with session_conf(spark, S3_CONFS):
-            fs = RemoteFs(spark, out)
-            assert run_query(spark, fs, tmp_path / "in", out, chk, False) == [3, 4, 5, 6]
-        assert rows(spark, out) == expected(range(BATCHES))
-        vacuumed = batchlog.vacuum(spark, out, older_than="0s", dry_run=False)
-        assert vacuumed.deleted_files == kept.orphan_count
-        assert batchlog.verify(spark, out).orphan_count == 0
-        assert rows(spark, out) == expected(range(BATCHES))
-
-
-# ---- Azure Blob (abfs://): Azurite behind ``servers/azure_proxy.py``'s fault step ----
-
-
-def test_on_abfs_a_rename_applied_with_its_answer_lost_commits_the_batch_once(
-    spark: SparkSession,
-    abfs: str,  # noqa: F811  (the fixture)
-    tmp_path: Path,
-) -> None:
-    """Batch file 3 and compact file 5 are each a temp file renamed by a Copy Blob with
-    ``If-None-Match: *``: the store applies the copy and answers 503; ABFS sends it again and the
-    store refuses it (the blob exists). The log reads the file back, finds its own bytes and
-    commits each batch once; the query goes on and plain Spark's reader sees every row once."""
-    with abfs_fault_container(spark) as (root, container):
-        out, chk = f"{root}/out", f"{root}/chk"
-        inject_abfs(lose_answer=rf"^{container}/out/_spark_metadata/(3|5\.compact)$")
-        try:
-            with session_conf(spark, S3_CONFS):
-                assert _run_on_s3(spark, tmp_path, out, chk) == list(range(BATCHES))
-        finally:
-            inject_abfs()
-    seen = [line for line in gcs_faults_seen("abfs") if line.startswith(f"{container}/")]
+            assert _run_on_s3(spark, tmp_path, out, chk) == list(range(BATCHES))
+    seen = [line for line in gcs_faults_seen(kind) if line.startswith(f"{name}/")]
     assert seen == [
-        f"{container}/out/_spark_metadata/3 202",
-        f"{container}/out/_spark_metadata/5.compact 202",
+        f"{name}/out/_spark_metadata/3 {applied}",
+        f"{name}/out/_spark_metadata/5.compact {applied}",
     ], seen
     for b in (3, 5):
         _assert_committed_once(spark, out, b)
 
 
-def test_on_abfs_a_publish_failing_unapplied_keeps_its_files_and_the_restart_commits_it_once(
-    spark: SparkSession,
-    abfs: str,  # noqa: F811  (the fixture)
-    tmp_path: Path,
+@pytest.mark.parametrize("kind", ["gcs", "abfs"])
+def test_on_a_cloud_store_an_unapplied_publish_keeps_its_files_and_the_restart_commits_once(
+    spark: SparkSession, request: pytest.FixtureRequest, tmp_path: Path, kind: str
 ) -> None:
-    """Batch file 3's Copy Blob is answered 503 every time and never applied: the batch fails
-    with COMMIT_OUTCOME_UNKNOWN and keeps its data files (orphans, in no log); the restart
-    commits it once, and vacuum removes the orphans."""
-    with abfs_fault_container(spark) as (root, container):
+    """Batch file 3's publish (GCS: its upload; Azure: its Copy Blob) is answered 503 every time
+    and never applied: the batch fails with COMMIT_OUTCOME_UNKNOWN and keeps its data files
+    (orphans, in no log); the restart commits it once, and vacuum removes the orphans."""
+    with _cloud(spark, request, kind) as (root, name, inject):
         out, chk = f"{root}/out", f"{root}/chk"
         drop_inputs(tmp_path / "in", {b: rows_of(b) for b in range(BATCHES)})
-        inject_abfs(fail_publish=rf"^{container}/out/_spark_metadata/3$")
-        try:
-            with session_conf(spark, S3_CONFS):
-                query = start_query(spark, tmp_path / "in", out, chk, stateful=False)
-                with pytest.raises(
-                    batchlog.CommitOutcomeUnknownError,
-                    match="the store does not show the file now",
-                ):
-                    batchlog.await_query(query)
-        finally:
-            inject_abfs()
-        assert f"{container}/out/_spark_metadata/3 not-applied" in gcs_faults_seen("abfs")
+        inject(fail_publish=rf"^{name}/out/_spark_metadata/3$")
+        with session_conf(spark, S3_CONFS):
+            query = start_query(spark, tmp_path / "in", out, chk, stateful=False)
+            with pytest.raises(
+                batchlog.CommitOutcomeUnknownError,
+                match="the store does not show the file now",
+            ):
+                batchlog.await_query(query)
+        inject()
+        assert f"{name}/out/_spark_metadata/3 not-applied" in gcs_faults_seen(kind)
         assert batchlog.SinkLog(spark, out).batches() == [0, 1, 2]
         kept = batchlog.verify(spark, out)
         assert kept.healthy and {o.batch_id for o in kept.orphans} == {3}

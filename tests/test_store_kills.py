@@ -17,7 +17,15 @@ import batchlog
 import pytest
 from conftest import COMMIT_PROTOCOL_KEY, COMPACT_INTERVAL_KEY
 from pyspark.sql import SparkSession
-from reliability_support import APPS, PYTHON, REPO, plain_read, spark_submit, write_input
+from reliability_support import (
+    APPS,
+    PYTHON,
+    REPO,
+    plain_read,
+    spark_submit,
+    start_driver,
+    write_input,
+)
 from storage_support import (  # noqa: F401  (abfs, gcs: the fixtures)
     ABFS_HOST,
     abfs,
@@ -59,15 +67,6 @@ def _cmd(store: str, endpoint: str, inp: Path, out: str, chk: str) -> list[str]:
     return cmd + [str(APPS / "crash_stream_app.py"), str(inp), out, chk]
 
 
-def _start(cmd: list[str], log: Path) -> subprocess.Popen[bytes]:
-    env = dict(os.environ, PYSPARK_PYTHON=PYTHON, PYSPARK_DRIVER_PYTHON=PYTHON)
-    env.pop("PYSPARK_SUBMIT_ARGS", None)
-    with open(log, "ab") as f:
-        return subprocess.Popen(
-            cmd, stdout=f, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=REPO
-        )
-
-
 @pytest.mark.parametrize(
     ("store", "applied"),
     # Azure's applied case is the same code after the store's answer (the log reads back what
@@ -101,7 +100,7 @@ def test_a_driver_killed_while_the_store_joins_its_compact_file_restarts_exactly
     stalled = f"{name}/out/_spark_metadata/5.compact stalled:"
     inject(**fault, stall_apply=int(applied))
     try:
-        driver = _start(cmd, log)
+        driver = start_driver(cmd, log)
         wait_until(
             lambda: driver.poll() is not None
             or any(s.startswith(stalled) for s in gcs_faults_seen(store)),

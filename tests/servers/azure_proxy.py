@@ -96,12 +96,7 @@ def serve(upstream: str, ready: Path, faults: Path, command: list[str]) -> None:
             if name and stall and re.search(stall, name):
                 what = str(self.forward(body)[0]) if f.get("stall_apply") else "not-applied"
                 self.note(name, f"stalled:{what}")
-                print(
-                    f'"{self.command} {self.path} HTTP/1.1" stalled:{what}',
-                    file=sys.stderr,
-                    flush=True,
-                )
-                self.hold()
+                self.hold(f"stalled:{what}")
                 return
             fail = f.get("fail_publish") if kind == "publish" else f.get("fail_copy")
             if name and fail and re.search(fail, name):

@@ -140,12 +140,7 @@ def serve(upstream: str, ready: Path, faults: Path, command: list[str]) -> None:
                 if f.get("stall_apply"):
                     what = str(self._forward_checked(body, url.path, query)[0])
                 self._note(name, f"stalled:{what}")
-                print(
-                    f'"{self.command} {self.path} HTTP/1.1" stalled:{what}',
-                    file=sys.stderr,
-                    flush=True,
-                )
-                self.hold()
+                self.hold(f"stalled:{what}")
                 return
             if fail and name and re.search(fail, name):
                 self._note(name, "not-applied")

@@ -5,6 +5,7 @@ that the server answers; and the ready file a test waits for."""
 from __future__ import annotations
 
 import http.client
+import sys
 import threading
 import time
 import urllib.error
@@ -80,9 +81,10 @@ class Relay(BaseHTTPRequestHandler):
         finally:
             conn.close()
 
-    def hold(self) -> None:
-        """Never answers this request: it waits until its client is gone (a killed driver), then
-        closes the connection."""
+    def hold(self, status: str) -> None:
+        """Logs this request with ``status`` and never answers it: waits until its client is gone
+        (a killed driver), then closes the connection."""
+        print(f'"{self.command} {self.path} HTTP/1.1" {status}', file=sys.stderr, flush=True)
         self.close_connection = True
         self.connection.settimeout(1.0)
         deadline = time.monotonic() + 900
