@@ -146,7 +146,8 @@ class Bench:
     def written(self) -> int:
         """Bytes written to the store's scheme through Hadoop (``FileSystem`` and ``FileContext``
         statistics, each object once: a ``FileContext`` over a ``FileSystem`` may share its
-        object), plus on Azure what ``AzureBlocks`` sent itself (not through Hadoop). Google's
+        object), plus what batchlog's store-side compaction uploaded itself, through the store's
+        own client (``AzureBlocks``, ``GcsCompose``: not through Hadoop). Google's
         connector counts each byte it writes twice (a 1,000-byte create: 2,000): halved."""
         fs_api = self.jvm.org.apache.hadoop.fs
         schemes = ("abfs", "abfss", "gs")
@@ -159,7 +160,7 @@ class Bench:
         ids = self.jvm.java.lang.System.identityHashCode
         n = sum(int(v) for v in {ids(st): st.getBytesWritten() for st in found}.values())
         if self.store == "gcs":
-            return n // 2  # gcs-connector 3.1.3 counts a byte written twice (1,000 -> 2,000)
+            n //= 2  # gcs-connector 3.1.3 counts a byte written twice (1,000 -> 2,000)
         return n + self.stats()["bytesUploaded"]
 
     def requests(self) -> int:

@@ -160,7 +160,11 @@ trait StreamingCompaction extends Logging { self: BatchTaggedFileStreamSinkLog =
         // the whole index but its compact file's status, before the compact file is published:
         // readers that meet the compact file first wait for its index ([[CompactIndexReads]])
         blocks = index.blocks(endOffset)
-        index.droppedMaxBatch = math.max(index.droppedMaxBatch, droppedBefore(batchId))
+        // from the previous compact file's index the writer copied by (no second read of it), or
+        // read from its file
+        val prevDropped = w.copiedFrom.filter(c => !rescan && c._1 == batchId - interval)
+          .map(_._2.droppedMaxBatch).getOrElse(droppedBefore(batchId))
+        index.droppedMaxBatch = math.max(index.droppedMaxBatch, prevDropped)
       }
     ) { st =>
       blocks != null &&
@@ -228,6 +232,9 @@ trait StreamingCompaction extends Logging { self: BatchTaggedFileStreamSinkLog =
     private var pendingFrom, pendingTo = 0
     private var lastBatch: Option[Option[Long]] = None // the batch of the last line written
 
+    /** The compact file whose runs were copied, and the index they were copied by. */
+    var copiedFrom: Option[(Long, CompactIndex)] = None
+
     private def flushPending(): Unit = if (pending != null) {
       counted.write(pending, pendingFrom, pendingTo - pendingFrom)
       pending = null
@@ -283,6 +290,7 @@ trait StreamingCompaction extends Logging { self: BatchTaggedFileStreamSinkLog =
           // The previous compact file is all tagged: copy its runs as bytes, dropping whole runs
           // of batches below the retention, and shift their offsets into the new index.
           flushPending(); lastBatch = None
+          copiedFrom = Some(id -> prev)
           CompactCopy.copyRuns(
             checkpointFileManager,
             batchIdToPath(id),
