@@ -1,16 +1,15 @@
 """A driver killed while the store joins its compact file on the server: GCS's ``compose``, Azure's
 Put Block List of the blocks it copied. The new lines were uploaded (GCS: an object of their own;
 Azure: a block), then the request that publishes ``5.compact`` is held by the store's fault step
-and never answered, applied or not, and the driver is SIGKILLed while it waits. The restart, a
-second ``spark-submit`` with the same checkpoint, must end with every input row exactly once as
-plain Spark reads it, and a log that verify finds healthy.
+and never answered, applied or not, and the driver is SIGKILLed while it waits. The restart, the
+same query with the same checkpoint (in the test's own session), must end with every input row
+exactly once as plain Spark reads it, and a log that verify finds healthy.
 """
 
 from __future__ import annotations
 
 import os
 import signal
-import subprocess
 from pathlib import Path
 
 import batchlog
@@ -19,8 +18,6 @@ from conftest import COMMIT_PROTOCOL_KEY, COMPACT_INTERVAL_KEY
 from pyspark.sql import SparkSession
 from reliability_support import (
     APPS,
-    PYTHON,
-    REPO,
     plain_read,
     spark_submit,
     start_driver,
@@ -37,9 +34,17 @@ from storage_support import (  # noqa: F401  (abfs, gcs: the fixtures)
     inject_abfs,
     inject_gcs,
 )
-from support import ABFS_CLASSPATH, GCS_CLASSPATH, QUERY_TIMEOUT_S, wait_until
+from support import ABFS_CLASSPATH, GCS_CLASSPATH, QUERY_TIMEOUT_S, session_conf, wait_until
 
 FILES = 7  # one a batch; compactInterval 3: compact files 2 and 5
+#: The session of the killed driver and of the restart: compaction on the store from the first
+#: compact file on (whatever its size).
+CONFS = {
+    "spark.sql.shuffle.partitions": "2",
+    COMMIT_PROTOCOL_KEY: batchlog.COMMIT_PROTOCOL_CLASS,
+    COMPACT_INTERVAL_KEY: "3",
+    "spark.batchlog.compaction.serverSideMinBytes": "0",
+}
 
 
 def _cmd(store: str, endpoint: str, inp: Path, out: str, chk: str) -> list[str]:
@@ -53,10 +58,7 @@ def _cmd(store: str, endpoint: str, inp: Path, out: str, chk: str) -> list[str]:
     )
     confs = {
         "spark.ui.enabled": "false",
-        "spark.sql.shuffle.partitions": "2",
-        COMMIT_PROTOCOL_KEY: batchlog.COMMIT_PROTOCOL_CLASS,
-        COMPACT_INTERVAL_KEY: "3",
-        "spark.batchlog.compaction.serverSideMinBytes": "0",
+        **CONFS,
         **{f"spark.hadoop.{k}": v for k, v in hadoop.items()},
     }
     classpath = GCS_CLASSPATH if store == "gcs" else ABFS_CLASSPATH
@@ -114,16 +116,21 @@ def test_a_driver_killed_while_the_store_joins_its_compact_file_restarts_exactly
         inject()
     [seen] = [s for s in gcs_faults_seen(store) if s.startswith(stalled)]
     assert seen.endswith("not-applied") != applied, seen
-    again = subprocess.run(
-        cmd,
-        env={**dict(os.environ, PYSPARK_PYTHON=PYTHON, PYSPARK_DRIVER_PYTHON=PYTHON)},
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=QUERY_TIMEOUT_S,
-    )
-    assert again.returncode == 0, (again.stdout + again.stderr)[-6000:]
-    assert f"DONE lastBatch={FILES - 1}" in again.stdout, again.stdout[-3000:]
+    # the restart: the crash app's query in this process, with the same checkpoint
+    with session_conf(spark, CONFS):
+        query = (
+            spark.readStream.schema("id LONG, part STRING, payload STRING")
+            .option("maxFilesPerTrigger", 1)
+            .json(str(inp))
+            .writeStream.format("parquet")
+            .partitionBy("part")
+            .option("checkpointLocation", chk)
+            .trigger(availableNow=True)
+            .start(out)
+        )
+        assert query.awaitTermination(QUERY_TIMEOUT_S), "the restart did not finish"
+        assert query.exception() is None, query.exception()
+        assert query.lastProgress["batchId"] == FILES - 1, query.lastProgress
     hadoop = gcs_conf(endpoint) if store == "gcs" else abfs_conf(endpoint)
     assert plain_read(out, hadoop=hadoop)["ids"] == sorted(expected)
     assert batchlog.SinkLog(spark, out).batches() == list(range(FILES))
