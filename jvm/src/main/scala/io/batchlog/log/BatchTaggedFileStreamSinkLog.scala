@@ -129,8 +129,10 @@ class BatchTaggedFileStreamSinkLog(
   private[log] def statusOf(file: Path): Option[FileStatus] = listing match {
     case Some(once) if once.covers(file) => once.statusOf(file)
     case _ =>
-      try Some(metadataFs.getFileStatus(file))
-      catch { case _: java.io.FileNotFoundException => None }
+      knownPrev.filter(_._1 == file).map(_._2).orElse {
+        try Some(metadataFs.getFileStatus(file))
+        catch { case _: java.io.FileNotFoundException => None }
+      }
   }
 
   // ---- writing -------------------------------------------------------------------------------
