@@ -7,7 +7,7 @@ import java.time.{Instant, ZoneOffset}
 import java.time.format.DateTimeFormatter
 import java.time.temporal.ChronoUnit
 import java.util.{Base64, UUID}
-import java.util.concurrent.{Callable, ConcurrentHashMap, Executors, ThreadFactory}
+import java.util.concurrent.{Callable, Executors, ThreadFactory}
 import javax.crypto.Mac
 import javax.crypto.spec.SecretKeySpec
 
@@ -156,17 +156,12 @@ private[batchlog] object AzureBlocks extends Logging {
   }
 
   /**
-   * By container URL: whether the store refused a second commit of one blob with `If-None-Match:
-   * *`. A probe that failed is not kept; one that found the condition ignored is asked again after
-   * [[ObjectStorePublish.RecheckIgnoredMs]].
+   * Whether the store refuses a second commit of one blob with `If-None-Match: *`: proved once per
+   * container (its URL) by committing a probe blob beside `file` twice (the second must be
+   * refused), kept as [[ObjectStorePublish.proved]] keeps every such proof.
    */
-  private val proofs = new ConcurrentHashMap[String, (Boolean, Long)]()
-
-  private def canCommitOnce(fs: FileSystem, blob: Blob, file: Path): Boolean = {
-    val kept = Option(proofs.get(blob.container)).filter { case (refused, at) =>
-      refused || (System.nanoTime() - at) / 1000000L < ObjectStorePublish.RecheckIgnoredMs
-    }
-    kept.map(_._1).getOrElse {
+  private def canCommitOnce(fs: FileSystem, blob: Blob, file: Path): Boolean =
+    ObjectStorePublish.proved(s"block list ${blob.base}") {
       val probe = new Path(file.getParent, s".batchlog-conditional-probe-${UUID.randomUUID()}")
       val name = blob.nameOf(fs, probe)
       val id = Base64.getEncoder.encodeToString("probe".getBytes(UTF_8))
@@ -183,29 +178,27 @@ private[batchlog] object AzureBlocks extends Logging {
                   "If-None-Match: *: it ignores the condition. Compaction goes through the driver."
               )
             }
-            proofs.put(blob.container, (refused, System.nanoTime()))
-            refused
+            Some(refused)
           case (first, _) =>
             logWarning(s"Could not probe conditional commits on the store of $file: $first")
-            false
+            None
         }
       } catch {
         case NonFatal(e) =>
           logWarning(s"Could not probe conditional commits on the store of $file: $e")
-          false
+          None
       } finally {
         try fs.delete(probe, false)
         catch { case NonFatal(_) => }
       }
-    }
-  }
+    }.contains(true)
 
   /**
    * The Blob endpoint of one container, as ABFS reaches it (`base`: its Blob client's base URL,
    * `https://<account>.blob.core.windows.net/<container>` on Azure), and the account key that signs
    * the SAS tokens of its requests.
    */
-  final class Blob private (base: String, account: String, key: Array[Byte]) {
+  final class Blob private (val base: String, account: String, key: Array[Byte]) {
     val container: String = base.substring(base.lastIndexOf('/') + 1)
 
     /** The blob name of `p` in its container. */

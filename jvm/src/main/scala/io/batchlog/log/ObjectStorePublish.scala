@@ -118,6 +118,18 @@ private[log] object ObjectStorePublish extends Logging {
     case (false, at) if (System.nanoTime() - at) / 1000000L < RecheckIgnoredMs => false
   }
 
+  /**
+   * What the probe of store `key` found, while it is kept ([[kept]]), or what `probe` finds now,
+   * kept (None: the probe failed, nothing kept). The one memory of every conditional-write proof:
+   * creates here, block-list commits on Azure ([[AzureBlocks]]).
+   */
+  private[log] def proved(key: String)(probe: => Option[Boolean]): Option[Boolean] =
+    kept(key).orElse {
+      val found = probe
+      found.foreach(refused => proofs.put(key, (refused, System.nanoTime())))
+      found
+    }
+
   private def bucketOf(file: Path): String = s"${file.toUri.getScheme}://${file.toUri.getAuthority}"
 
   /**
@@ -130,7 +142,7 @@ private[log] object ObjectStorePublish extends Logging {
    * None.
    */
   def proveCreateOnce(fs: FileSystem, file: Path): Option[Boolean] =
-    kept(bucketOf(file)).orElse {
+    proved(bucketOf(file)) {
       val probe = new Path(file.getParent, s".batchlog-conditional-probe-${UUID.randomUUID()}")
       val once = (_: OutputStream).write(Array[Byte]('p'))
       try {
@@ -148,7 +160,6 @@ private[log] object ObjectStorePublish extends Logging {
               "to say so up front."
           )
         }
-        proofs.put(bucketOf(file), (refused, System.nanoTime()))
         Some(refused)
       } catch {
         case NonFatal(e) =>
